@@ -1,0 +1,98 @@
+"""The `seer` command line: run the main job, start one actor, benchmarks, keys."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+BENCHES = {
+    "transport": "pipeline.bench.transport",
+    "engine": "pipeline.bench.engine",
+}
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import anyio
+
+    from pipeline.demo import demo_config, run_demo
+    from pipeline.logs import configure_logging
+
+    configure_logging("warning")
+    if args.config:
+        from pipeline.config import load_config
+
+        config = load_config(args.config)
+    else:
+        config = demo_config()
+    anyio.run(lambda: run_demo(config, num_batches=args.batches))
+    return 0
+
+
+def _cmd_actor(args: argparse.Namespace) -> int:
+    import anyio
+
+    from pipeline.config import load_config
+    from pipeline.logs import configure_logging
+    from pipeline.registry import build_actor, zmq_transport
+
+    config = load_config(args.config)
+    configure_logging(config.log_level)
+    transport = zmq_transport(config)
+    actor = build_actor(config, args.role, args.index, transport, in_process=False)
+    anyio.run(actor.run)
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    module = importlib.import_module(BENCHES[args.name])
+    module.run(args.json, quick=args.quick)
+    return 0
+
+
+def _cmd_keys(args: argparse.Namespace) -> int:
+    from transport.security import generate_keys
+
+    path = generate_keys(args.directory)
+    print(f"wrote the cluster key pair to {path.parent} (copy it to every host; never commit it)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="seer", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the main job (the embedded default)")
+    run.add_argument("--config", help="TOML topology (default: the built-in one)")
+    run.add_argument("--batches", type=int, default=24, help="work batches to push through")
+    run.set_defaults(fn=_cmd_run)
+    actor = sub.add_parser("actor", help="start one actor of a topology by hand")
+    actor.add_argument("--config", required=True)
+    actor.add_argument("--role", required=True)
+    actor.add_argument("--index", type=int, default=0)
+    actor.set_defaults(fn=_cmd_actor)
+    bench = sub.add_parser("bench", help="benchmarks that compare variants side by side")
+    bench.add_argument("name", choices=sorted(BENCHES))
+    bench.add_argument("--json", help="write the result as JSON here")
+    bench.add_argument("--quick", action="store_true", help="smaller sizes (smoke test)")
+    bench.set_defaults(fn=_cmd_bench)
+    keys = sub.add_parser("keys", help="create a CURVE key pair for tcp deployments")
+    keys.add_argument("directory")
+    keys.set_defaults(fn=_cmd_keys)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.fn(args)
+    except KeyboardInterrupt:
+        return 130
+    except ValueError as exc:  # ConfigError and other user mistakes: one clear line
+        print(f"seer: error: {exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""Pipeline configuration: nested frozen dataclasses, built in Python or loaded from TOML.
+
+`PipelineConfig` holds the run id, the transport settings and the `Topology` (which actor
+groups run, how many of each, with which options). Addresses are derived here, with a
+per-run suffix: `ipc://<run_dir>/<role>-<index>` locally, `tcp://host:port` across hosts,
+`inproc://<run_id>/<role>-<index>` in one process. A TOML file mirrors the dataclasses
+(`[transport]`, `[[topology.actors]]`); every mistake is a `ConfigError` that names the
+key and what was expected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import tempfile
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import tomli_w
+
+
+class ConfigError(ValueError):
+    """A configuration value or file is wrong; the message says where and why."""
+
+
+DRIVER = "driver"
+CONTROL = "control"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActorGroup:
+    """`count` actors of one kind under one role name."""
+
+    role: str
+    kind: str
+    count: int = 1
+    hosts: tuple[str, ...] = ()
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.role.replace("_", "").isalnum() or self.role in (DRIVER, CONTROL):
+            raise ConfigError(f"actor role {self.role!r} must be alphanumeric and not reserved")
+        if self.count < 1:
+            raise ConfigError(f"actors.{self.role}.count must be >= 1, got {self.count}")
+        if self.hosts and len(self.hosts) != self.count:
+            raise ConfigError(f"actors.{self.role}.hosts must name one host per actor")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Topology:
+    actors: tuple[ActorGroup, ...]
+
+    def __post_init__(self) -> None:
+        roles = [g.role for g in self.actors]
+        if len(set(roles)) != len(roles):
+            raise ConfigError(f"duplicate actor roles in topology: {roles}")
+
+    def group(self, role: str) -> ActorGroup:
+        for g in self.actors:
+            if g.role == role:
+                return g
+        raise ConfigError(f"no actor role {role!r} in topology (roles: {self.roles})")
+
+    @property
+    def roles(self) -> list[str]:
+        return [g.role for g in self.actors]
+
+    def instances(self) -> list[tuple[str, int]]:
+        return [(g.role, i) for g in self.actors for i in range(g.count)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransportConfig:
+    scheme: Literal["ipc", "tcp", "inproc"] = "ipc"
+    run_dir: str = ""
+    host: str = "127.0.0.1"
+    base_port: int = 15500
+    hwm: int = 1000
+    max_header_mib: int = 16
+    max_frame_mib: int = 4096
+    curve_keys: str = ""
+    allow_insecure_tcp: bool = False
+
+    def __post_init__(self) -> None:
+        if self.scheme == "tcp" and not self.curve_keys and not self.allow_insecure_tcp:
+            raise ConfigError(
+                "tcp transport needs transport.curve_keys (a folder made by `seer keys`); "
+                "set transport.allow_insecure_tcp = true only on a trusted network"
+            )
+        if not 1024 <= self.base_port <= 65000:
+            raise ConfigError(f"transport.base_port {self.base_port} out of range 1024..65000")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineConfig:
+    topology: Topology
+    transport: TransportConfig = field(default_factory=TransportConfig)
+    run_id: str = field(default_factory=lambda: secrets.token_hex(4))
+    heartbeat_s: float = 1.0
+    ready_timeout_s: float = 60.0
+    stop_timeout_s: float = 10.0
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    def __post_init__(self) -> None:
+        if not self.run_id.replace("-", "").isalnum():
+            raise ConfigError(f"run_id {self.run_id!r} must be alphanumeric (dashes allowed)")
+        for name in ("heartbeat_s", "ready_timeout_s", "stop_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive")
+
+    @property
+    def run_dir(self) -> Path:
+        base = self.transport.run_dir or os.path.join(tempfile.gettempdir(), "seer")
+        return Path(base) / self.run_id
+
+    def address(self, role: str, index: int = 0) -> str:
+        """Where actor `role`/`index` (or the driver / control socket) listens."""
+        scheme = self.transport.scheme
+        if scheme == "inproc":
+            return f"inproc://{self.run_id}/{role}-{index}"
+        if scheme == "ipc":
+            return f"ipc://{self.run_dir}/{role}-{index}"
+        return f"tcp://{self._host(role, index)}:{self._port(role, index)}"
+
+    def _host(self, role: str, index: int) -> str:
+        if role in (DRIVER, CONTROL):
+            return self.transport.host
+        group = self.topology.group(role)
+        return group.hosts[index] if group.hosts else self.transport.host
+
+    def _port(self, role: str, index: int) -> int:
+        if role == CONTROL:
+            return self.transport.base_port
+        if role == DRIVER:
+            return self.transport.base_port + 1
+        offset = self.topology.instances().index((role, index))
+        return self.transport.base_port + 2 + offset
+
+
+# --- TOML ---------------------------------------------------------------------------
+
+
+def load_config(path: str | Path) -> PipelineConfig:
+    """Read a TOML file into a `PipelineConfig`; `ConfigError` says what is wrong."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {p}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p}: invalid TOML: {exc}") from None
+    return config_from_dict(data, where=str(p))
+
+
+def config_from_dict(data: Mapping[str, Any], where: str = "config") -> PipelineConfig:
+    config: PipelineConfig = _build(PipelineConfig, data, where)
+    return config
+
+
+def config_to_toml(config: PipelineConfig) -> str:
+    text: str = tomli_w.dumps(_plain(dataclasses.asdict(config)))
+    return text
+
+
+def save_config(config: PipelineConfig, path: str | Path) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(config_to_toml(config))
+    return p
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _build(cls: type[Any], data: Any, where: str) -> Any:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a table, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {unknown}; expected some of {sorted(names)}")
+    kwargs = {k: _value(hints[k], v, f"{where}.{k}") for k, v in data.items()}
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _value(tp: Any, value: Any, where: str) -> Any:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return _build(tp, value, where)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{where}: {value!r} is not one of {list(args)}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{where}: expected an array, got {type(value).__name__}")
+        return tuple(_value(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin in (types.UnionType, typing.Union):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _value(inner[0], value, where)
+    if origin is Mapping or origin is dict or tp is Any:
+        if origin is not None and not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a table, got {type(value).__name__}")
+        return value
+    if tp is float and type(value) in (int, float):
+        return float(value)
+    if isinstance(tp, type) and type(value) is not tp:
+        raise ConfigError(f"{where}: expected {tp.__name__}, got {type(value).__name__}")
+    return value
+
+
+def build_options(cls: type[Any] | None, options: Mapping[str, Any], where: str) -> Any:
+    """An actor's options dataclass from its `[topology.actors.options]` table."""
+    if cls is None:
+        if options:
+            raise ConfigError(f"{where}: this actor takes no options, got {sorted(options)}")
+        return None
+    return _build(cls, options, where)

@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import (
+    ActorGroup,
+    ConfigError,
+    PipelineConfig,
+    Topology,
+    TransportConfig,
+    config_to_toml,
+    load_config,
+    save_config,
+)
+from pipeline.demo import demo_config
+from pipeline.registry import validate_topology
+
+GOOD = """
+run_id = "exp1"
+heartbeat_s = 0.5
+
+[transport]
+scheme = "ipc"
+run_dir = "/tmp/seer-test"
+
+[[topology.actors]]
+role = "dispatcher"
+kind = "demo.dispatcher"
+options = { num_workers = 3 }
+
+[[topology.actors]]
+role = "worker"
+kind = "demo.worker"
+count = 3
+"""
+
+
+def test_toml_maps_onto_the_dataclasses(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(GOOD)
+    config = load_config(path)
+    assert config.run_id == "exp1" and config.heartbeat_s == 0.5
+    assert config.topology.group("worker").count == 3
+    assert config.address("worker", 2) == "ipc:///tmp/seer-test/exp1/worker-2"
+    validate_topology(config)
+    again = load_config(save_config(config, tmp_path / "again.toml"))
+    assert again == config
+
+
+def test_addresses_per_scheme() -> None:
+    topo = demo_config().topology
+    tcp = PipelineConfig(
+        topology=topo, run_id="r", transport=TransportConfig(scheme="tcp", allow_insecure_tcp=True)
+    )
+    ports = {tcp.address(r, i) for r, i in topo.instances()} | {tcp.address("driver")}
+    assert len(ports) == len(topo.instances()) + 1  # every endpoint its own port
+    assert tcp.address("control") == "tcp://127.0.0.1:15500"
+    inproc = PipelineConfig(topology=topo, run_id="r", transport=TransportConfig(scheme="inproc"))
+    assert inproc.address("worker", 1) == "inproc://r/worker-1"
+    assert PipelineConfig(topology=topo).run_id != PipelineConfig(topology=topo).run_id
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (
+            "run_id = 'x'\n[topology]\nactors = []\n[transport]\nschema = 'ipc'\n",
+            "unknown keys ['schema']",
+        ),
+        (
+            "[topology]\nactors = [{role = 'w', kind = 'demo.worker', count = 0}]\n",
+            "count must be >= 1",
+        ),
+        ("heartbeat_s = 'fast'\n[topology]\nactors = []\n", "heartbeat_s: expected float"),
+        ("[topology]\nactors = []\n[transport]\nscheme = 'udp'\n", "'udp' is not one of"),
+        ("[topology]\nactors = []\n[transport]\nscheme = 'tcp'\n", "needs transport.curve_keys"),
+        ("[topology\n", "invalid TOML"),
+        ("heartbeat_s = 1.0\n", "missing 1 required keyword-only argument: 'topology'"),
+    ],
+)
+def test_bad_files_get_clear_errors(tmp_path: Path, text: str, needle: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert needle in str(info.value)
+
+
+def test_missing_file_and_bad_actor_kinds(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.toml")
+    bad_kind = PipelineConfig(topology=Topology(actors=(ActorGroup(role="x", kind="nosuch"),)))
+    with pytest.raises(ConfigError, match="unknown actor kind 'nosuch'"):
+        validate_topology(bad_kind)
+    bad_option = PipelineConfig(
+        topology=Topology(
+            actors=(ActorGroup(role="d", kind="demo.dispatcher", options={"workers": 2}),)
+        )
+    )
+    with pytest.raises(ConfigError, match=r"options: unknown keys \['workers'\]"):
+        validate_topology(bad_option)
+    with pytest.raises(ConfigError, match="duplicate actor roles"):
+        Topology(actors=(ActorGroup(role="a", kind="demo.worker"),) * 2)
+    assert "[[topology.actors]]" in config_to_toml(demo_config())

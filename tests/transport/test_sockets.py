@@ -1,0 +1,163 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import torch
+import zmq
+
+from tests.conftest import assert_same
+from transport.errors import PeerGone, RemoteError, RequestTimeout
+from transport.inproc import InprocHub, InprocTransport
+from transport.messages import ErrorReply, Ping, Pong, TensorBlob
+from transport.sockets import SocketOptions, ZmqTransport
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["ipc", "inproc"])
+def transport(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, str]]:
+    if request.param == "ipc":
+        t: Any = ZmqTransport(SocketOptions(hwm=64))
+        base = f"ipc://{tmp_path}"
+    else:
+        t = InprocTransport(InprocHub(), SocketOptions(hwm=64))
+        base = "inproc://test"
+    yield t, base
+    t.close()
+
+
+async def test_push_pull_keeps_order_and_tensors(transport: tuple[Any, str]) -> None:
+    t, base = transport
+    pull = t.pull(f"{base}/pp", bind=True)
+    push = t.push(f"{base}/pp")
+    tensor = torch.randn(3, 4).to(torch.bfloat16)
+    async with anyio.create_task_group() as tg:
+
+        async def produce() -> None:
+            for i in range(200):  # more than the HWM: the sender waits for the receiver
+                await push.send(Ping(seq=i))
+            await push.send(TensorBlob(name="w", tensor=tensor))
+
+        tg.start_soon(produce)
+        seqs = [(await pull.recv()).seq for _ in range(200)]  # type: ignore[attr-defined]
+        last = await pull.recv()
+    assert seqs == list(range(200))
+    assert isinstance(last, TensorBlob)
+    assert_same(last.tensor, tensor)
+
+
+async def test_pub_sub_filters_by_topic(transport: tuple[Any, str]) -> None:
+    t, base = transport
+    pub = t.pub(f"{base}/ps", bind=True)
+    sub = t.sub(f"{base}/ps", topics=(b"keep",))
+    with anyio.fail_after(5):
+        got: Any = None
+        while got is None:  # zmq subscriptions take a moment to propagate
+            await pub.send(Ping(seq=0), topic=b"drop")
+            await pub.send(Ping(seq=1), topic=b"keep")
+            with anyio.move_on_after(0.05):
+                got = await sub.recv()
+    assert got == Ping(seq=1)
+
+
+async def test_request_reply_with_correlation(transport: tuple[Any, str]) -> None:
+    t, base = transport
+    server = t.reply(f"{base}/rr", bind=True)
+    client = t.request(f"{base}/rr")
+
+    async def serve() -> None:
+        while True:
+            incoming = await server.recv()
+            if isinstance(incoming.msg, Ping) and incoming.msg.seq < 0:
+                await server.reply(incoming, ErrorReply(kind="ValueError", detail="negative"))
+            elif incoming.needs_reply:
+                await server.reply(incoming, Pong(seq=incoming.msg.seq * 10))  # type: ignore[attr-defined]
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(serve)
+        results: dict[int, Any] = {}
+
+        async def ask(i: int) -> None:
+            results[i] = await client.call(Ping(seq=i), timeout=5)
+
+        async with anyio.create_task_group() as callers:  # concurrent calls, one socket
+            for i in range(20):
+                callers.start_soon(ask, i)
+        await client.send(Ping(seq=99))  # one-way: no reply expected
+        with pytest.raises(RemoteError, match="negative"):
+            await client.call(Ping(seq=-1), timeout=5)
+        tg.cancel_scope.cancel()
+    assert results == {i: Pong(seq=i * 10) for i in range(20)}
+
+
+async def test_call_times_out_with_a_clear_error(transport: tuple[Any, str]) -> None:
+    t, base = transport
+    t.reply(f"{base}/silent", bind=True)  # bound, never answers
+    client = t.request(f"{base}/silent")
+    with pytest.raises(RequestTimeout, match=r"no reply to Ping .* within 0.2 s"):
+        await client.call(Ping(seq=1), timeout=0.2)
+
+
+async def test_malformed_call_gets_an_error_reply_over_zmq(tmp_path: Path) -> None:
+    t = ZmqTransport()
+    server = t.reply(f"ipc://{tmp_path}/bad", bind=True)
+    raw = zmq.asyncio.Context.instance().socket(zmq.DEALER)
+    raw.connect(f"ipc://{tmp_path}/bad")
+    try:
+        await raw.send_multipart([b"corr0001", b"\xc1not msgpack"])
+        with pytest.raises(Exception, match="not valid msgpack"):
+            await server.recv()
+        with anyio.fail_after(5):
+            corr, header = await raw.recv_multipart()
+        assert corr == b"corr0001" and b"ProtocolError" in header
+    finally:
+        raw.close(0)
+        t.close()
+
+
+SERVER = textwrap.dedent(
+    """
+    import sys, anyio
+    from transport.sockets import ZmqTransport
+    from transport.messages import Pong
+    async def main():
+        t = ZmqTransport()
+        server = t.reply(sys.argv[1], bind=True)
+        first = await server.recv()
+        await server.reply(first, Pong(seq=0))
+        await server.recv()   # the second call is never answered: we get killed
+    anyio.run(main)
+    """
+)
+
+
+async def test_call_fails_with_peer_gone_when_the_peer_process_dies(tmp_path: Path) -> None:
+    address = f"ipc://{tmp_path}/peer"
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, address], cwd=os.getcwd())
+    t = ZmqTransport()
+    client = t.request(address)
+    try:
+        assert await client.call(Ping(seq=0), timeout=30) == Pong(seq=0)
+
+        async def kill_soon() -> None:
+            await anyio.sleep(0.3)
+            proc.kill()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(kill_soon)
+            with pytest.raises(PeerGone, match="disconnected"):
+                await client.call(Ping(seq=1), timeout=20)
+        with pytest.raises(PeerGone):  # and later calls fail fast, not after a timeout
+            await client.call(Ping(seq=2), timeout=20)
+    finally:
+        proc.kill()
+        proc.wait()
+        t.close()

@@ -1,0 +1,240 @@
+"""The one codec: messages <-> lists of frames.
+
+Frame 0 is a msgpack header `[PROTOCOL_VERSION, tag, {field: value}]`; every tensor in the
+message becomes a msgpack extension (index, library, dtype, shape) in the header plus one
+raw frame that aliases the tensor's memory (sent with `copy=False`, so no copy on send).
+Decoding is strict and executes nothing from the wire: a wrong version, unknown tag, field
+of the wrong type, dangling or unused tensor frame, or a frame over `CodecLimits` raises
+`ProtocolError` naming the problem.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgpack
+import numpy as np
+import torch
+import zmq
+
+from transport.errors import ProtocolError
+from transport.messages import PROTOCOL_VERSION, REGISTRY, Message, Struct
+from transport.schema import compile_record, field_names
+
+TENSOR_EXT: Final = 1
+Frame = bytes | bytearray | memoryview | zmq.Frame
+
+_NUMPY_DTYPES: Final = {
+    name: np.dtype(name)
+    for name in (
+        "float64",
+        "float32",
+        "float16",
+        "int64",
+        "int32",
+        "int16",
+        "int8",
+        "uint8",
+        "bool",
+    )
+}
+_TORCH_DTYPES: Final = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "int64": torch.int64,
+    "int32": torch.int32,
+    "int16": torch.int16,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+    "bool": torch.bool,
+}
+_TORCH_NAMES: Final = {dtype: name for name, dtype in _TORCH_DTYPES.items()}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CodecLimits:
+    """Upper bounds enforced on every decoded message."""
+
+    max_header_bytes: int = 16 << 20
+    max_frame_bytes: int = 4 << 30
+    max_frames: int = 4096
+
+    def __post_init__(self) -> None:
+        for name in ("max_header_bytes", "max_frame_bytes", "max_frames"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"CodecLimits.{name} must be positive")
+
+
+DEFAULT_LIMITS: Final = CodecLimits()
+
+_FIELDS: Final = {cls: field_names(cls) for cls in REGISTRY.values()}
+_BUILDERS: Final[dict[int, Callable[[Any, str], Any]]] = {
+    tag: compile_record(cls) for tag, cls in REGISTRY.items()
+}
+_STRUCT_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+class _Encoder:
+    __slots__ = ("frames",)
+
+    def __init__(self) -> None:
+        self.frames: list[Any] = []
+
+    def default(self, obj: Any) -> Any:
+        if isinstance(obj, np.ndarray):
+            return self._array(obj)
+        if isinstance(obj, torch.Tensor):
+            return self._tensor(obj)
+        if isinstance(obj, Struct):
+            names = _STRUCT_FIELDS.get(type(obj))
+            if names is None:
+                names = _STRUCT_FIELDS[type(obj)] = field_names(type(obj))
+            return {n: getattr(obj, n) for n in names}
+        raise TypeError(f"cannot encode {type(obj).__name__} on the wire")
+
+    def _array(self, a: np.ndarray[Any, Any]) -> msgpack.ExtType:
+        name = a.dtype.name
+        if name not in _NUMPY_DTYPES:
+            raise TypeError(f"numpy dtype {name} is not supported on the wire")
+        if not a.dtype.isnative:
+            a = a.astype(a.dtype.newbyteorder("="))
+        shape = a.shape  # ascontiguousarray turns 0-d arrays into 1-d ones
+        flat = np.ascontiguousarray(a).reshape(-1)
+        return self._frame(flat.view(np.uint8), "np", name, shape)
+
+    def _tensor(self, t: torch.Tensor) -> msgpack.ExtType:
+        name = _TORCH_NAMES.get(t.dtype)
+        if name is None:
+            raise TypeError(f"torch dtype {t.dtype} is not supported on the wire")
+        t = t.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        t = t.contiguous()
+        if t.numel() == 0:  # empty tensors may carry zero strides that forbid a byte view
+            return self._frame(b"", "pt", name, tuple(t.shape))
+        raw = t.reshape(-1).view(torch.uint8).numpy()
+        return self._frame(raw, "pt", name, tuple(t.shape))
+
+    def _frame(self, raw: Any, lib: str, dtype: str, shape: tuple[int, ...]) -> msgpack.ExtType:
+        self.frames.append(raw)
+        meta = msgpack.packb([len(self.frames) - 1, lib, dtype, list(shape)])
+        return msgpack.ExtType(TENSOR_EXT, meta)
+
+
+def encode(msg: Message) -> list[Any]:
+    """Frames for `msg`: the header, then one buffer per tensor (aliasing its memory)."""
+    cls = type(msg)
+    names = _FIELDS.get(cls)
+    if names is None:
+        raise TypeError(f"{cls.__name__} is not a registered message")
+    body = {n: getattr(msg, n) for n in names}
+    enc = _Encoder()
+    header = msgpack.packb([PROTOCOL_VERSION, cls.TAG, body], default=enc.default)
+    if not enc.frames:
+        return [header]
+    return [header, *enc.frames]
+
+
+class _Decoder:
+    __slots__ = ("buffers", "used")
+
+    def __init__(self, buffers: list[memoryview]) -> None:
+        self.buffers = buffers
+        self.used = [False] * len(buffers)
+
+    def ext_hook(self, code: int, data: bytes) -> Any:
+        if code != TENSOR_EXT:
+            raise ProtocolError(f"unknown msgpack extension type {code}")
+        try:
+            index, lib, dtype, shape = msgpack.unpackb(data, use_list=False)
+        except (ValueError, TypeError, msgpack.ExtraData) as exc:
+            raise ProtocolError(f"malformed tensor header: {exc}") from None
+        buf = self._take(index)
+        if type(shape) is not tuple or not all(type(d) is int and d >= 0 for d in shape):
+            raise ProtocolError(f"tensor {index}: bad shape {shape!r}")
+        if lib == "np" and dtype in _NUMPY_DTYPES:
+            return self._numpy(buf, _NUMPY_DTYPES[dtype], shape, index)
+        if lib == "pt" and dtype in _TORCH_DTYPES:
+            return self._torch(buf, _TORCH_DTYPES[dtype], shape, index)
+        raise ProtocolError(f"tensor {index}: unsupported {lib!r} dtype {dtype!r}")
+
+    def _take(self, index: Any) -> memoryview:
+        if type(index) is not int or not 0 <= index < len(self.buffers):
+            raise ProtocolError(f"tensor refers to missing frame {index!r}")
+        if self.used[index]:
+            raise ProtocolError(f"tensor frame {index} referenced twice")
+        self.used[index] = True
+        return self.buffers[index]
+
+    @staticmethod
+    def _check_size(buf: memoryview, itemsize: int, shape: tuple[int, ...], index: int) -> None:
+        expected = math.prod(shape) * itemsize
+        if buf.nbytes != expected:
+            raise ProtocolError(
+                f"tensor {index}: frame has {buf.nbytes} bytes, shape {shape} needs {expected}"
+            )
+
+    def _numpy(self, buf: memoryview, dtype: np.dtype[Any], shape: tuple[int, ...], i: int) -> Any:
+        self._check_size(buf, dtype.itemsize, shape, i)
+        return np.frombuffer(buf, dtype=dtype).reshape(shape)
+
+    def _torch(self, buf: memoryview, dtype: torch.dtype, shape: tuple[int, ...], i: int) -> Any:
+        self._check_size(buf, dtype.itemsize, shape, i)
+        if buf.nbytes == 0:
+            return torch.empty(shape, dtype=dtype)
+        if buf.readonly:
+            buf = memoryview(bytearray(buf))
+        return torch.frombuffer(buf, dtype=dtype).reshape(shape)
+
+
+def _as_view(frame: Frame) -> memoryview:
+    if isinstance(frame, zmq.Frame):
+        return frame.buffer
+    return memoryview(frame).cast("B")
+
+
+def decode(frames: Sequence[Frame], limits: CodecLimits = DEFAULT_LIMITS) -> Message:
+    """The message in `frames`, or `ProtocolError` naming what is wrong with them."""
+    if not frames:
+        raise ProtocolError("empty message: no frames")
+    if len(frames) > limits.max_frames:
+        raise ProtocolError(f"{len(frames)} frames exceed the limit of {limits.max_frames}")
+    views = [_as_view(f) for f in frames]
+    if views[0].nbytes > limits.max_header_bytes:
+        raise ProtocolError(
+            f"header of {views[0].nbytes} bytes exceeds the limit of {limits.max_header_bytes}"
+        )
+    for i, view in enumerate(views[1:], 1):
+        if view.nbytes > limits.max_frame_bytes:
+            raise ProtocolError(
+                f"frame {i} of {view.nbytes} bytes exceeds the limit of {limits.max_frame_bytes}"
+            )
+    dec = _Decoder(views[1:])
+    header = _unpack_header(views[0], dec)
+    if not all(dec.used):
+        raise ProtocolError(f"{dec.used.count(False)} tensor frames not referenced by the header")
+    return header
+
+
+def _unpack_header(raw: memoryview, dec: _Decoder) -> Message:
+    try:
+        obj = msgpack.unpackb(raw, ext_hook=dec.ext_hook, use_list=False, strict_map_key=True)
+    except ProtocolError:
+        raise
+    except Exception as exc:  # msgpack raises several unrelated types for bad input
+        raise ProtocolError(f"header is not valid msgpack: {type(exc).__name__}: {exc}") from None
+    if type(obj) is not tuple or len(obj) != 3:
+        raise ProtocolError("header must be [version, tag, body]")
+    version, tag, body = obj
+    if version != PROTOCOL_VERSION:
+        raise ProtocolError(f"protocol version {version!r}, expected {PROTOCOL_VERSION}")
+    build = _BUILDERS.get(tag) if type(tag) is int else None
+    if build is None:
+        raise ProtocolError(f"unknown message tag {tag!r}")
+    msg: Message = build(body, REGISTRY[tag].__name__)
+    return msg

@@ -1,0 +1,339 @@
+"""Typed async sockets over `zmq.asyncio`: push/pull, pub/sub and request/reply.
+
+Every socket speaks `Message`s through the one codec. Sends and receives first try the
+non-blocking path on a synchronous shadow of the socket (no future, no loop round trip:
+about 6x the message rate of plain `await sock.recv()`), and only await readiness when the
+socket would block, so the high-water marks give real backpressure. Request/reply pairs a
+DEALER (`RequestSocket`: one-way `send` and `call` with correlation ids, per-call timeouts,
+`PeerGone` when the peer disconnects) with a ROUTER (`ReplySocket`). Addresses are
+`inproc://`, `ipc://` or `tcp://`; tcp sockets use CURVE when keys are configured.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import anyio
+import anyio.lowlevel
+import zmq
+import zmq.asyncio
+from zmq.utils.monitor import parse_monitor_message
+
+from transport.codec import DEFAULT_LIMITS, CodecLimits, decode, encode
+from transport.errors import ChannelClosed, PeerGone, ProtocolError, RemoteError, RequestTimeout
+from transport.messages import ErrorReply, Message
+from transport.security import CurveKeys
+
+_CHECKPOINT_EVERY: Final = 64
+_ONE_WAY: Final = b""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SocketOptions:
+    """Per-socket settings shared by every socket a transport makes."""
+
+    hwm: int = 1000
+    linger_s: float = 0.5
+    limits: CodecLimits = DEFAULT_LIMITS
+    heartbeat_s: float = 1.0
+    curve: CurveKeys | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.hwm <= 0:
+            raise ValueError("SocketOptions.hwm must be positive")
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """A message received by a `ReplySocket`; `needs_reply` when it came from `call`."""
+
+    msg: Message
+    peer: bytes
+    corr: bytes
+
+    @property
+    def needs_reply(self) -> bool:
+        return self.corr != _ONE_WAY
+
+
+def _prepare_bind(address: str) -> None:
+    if address.startswith("ipc://"):
+        os.makedirs(os.path.dirname(address[len("ipc://") :]) or ".", exist_ok=True)
+
+
+class _Socket:
+    """A zmq.asyncio socket plus its synchronous shadow for the non-blocking fast path."""
+
+    def __init__(self, sock: zmq.asyncio.Socket, options: SocketOptions, address: str) -> None:
+        self._async = sock
+        self._sync: zmq.Socket[bytes] = zmq.Socket.shadow(sock.underlying)
+        self.options = options
+        self.address = address
+        self._ops = 0
+
+    async def _checkpoint(self) -> None:
+        self._ops += 1
+        if self._ops % _CHECKPOINT_EVERY == 0:
+            await anyio.lowlevel.checkpoint()
+
+    async def _send_frames(self, frames: list[Any]) -> None:
+        if self._async.closed:
+            raise ChannelClosed(f"socket for {self.address} is closed")
+        try:
+            self._sync.send_multipart(frames, zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            await self._async.send_multipart(frames, copy=False)
+        else:
+            await self._checkpoint()
+
+    async def _recv_frames(self) -> list[zmq.Frame]:
+        while True:
+            if self._async.closed:
+                raise ChannelClosed(f"socket for {self.address} is closed")
+            try:
+                frames = self._sync.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                await self._async.poll(None, zmq.POLLIN)  # type: ignore[call-arg]
+                continue
+            await self._checkpoint()
+            return frames
+
+    def close(self) -> None:
+        if not self._async.closed:
+            self._async.close(linger=int(self.options.linger_s * 1000))
+
+
+class PushSocket(_Socket):
+    async def send(self, msg: Message) -> None:
+        await self._send_frames(encode(msg))
+
+
+class PullSocket(_Socket):
+    async def recv(self) -> Message:
+        """The next message; `ProtocolError` for a malformed one (the socket stays usable)."""
+        return decode(await self._recv_frames(), self.options.limits)
+
+
+class PubSocket(_Socket):
+    async def send(self, msg: Message, topic: bytes = b"") -> None:
+        await self._send_frames([topic, *encode(msg)])
+
+
+class SubSocket(_Socket):
+    async def recv(self) -> Message:
+        frames = await self._recv_frames()
+        if len(frames) < 2:
+            raise ProtocolError("published message without a topic frame")
+        return decode(frames[1:], self.options.limits)
+
+
+class ReplySocket(_Socket):
+    """ROUTER side: receives one-way messages and calls; answers calls with `reply`."""
+
+    async def recv(self) -> Incoming:
+        frames = await self._recv_frames()
+        if len(frames) < 3:
+            raise ProtocolError(f"request with {len(frames)} frames; expected at least 3")
+        peer, corr = frames[0].bytes, frames[1].bytes
+        try:
+            msg = decode(frames[2:], self.options.limits)
+        except ProtocolError as exc:
+            if corr != _ONE_WAY:
+                await self._send_reply(
+                    peer, corr, ErrorReply(kind="ProtocolError", detail=str(exc))
+                )
+            raise
+        return Incoming(msg, peer, corr)
+
+    async def reply(self, incoming: Incoming, msg: Message) -> None:
+        if not incoming.needs_reply:
+            raise ValueError("cannot reply to a one-way message")
+        await self._send_reply(incoming.peer, incoming.corr, msg)
+
+    async def _send_reply(self, peer: bytes, corr: bytes, msg: Message) -> None:
+        try:
+            await self._send_frames([peer, corr, *encode(msg)])
+        except zmq.ZMQError as exc:
+            if exc.errno == zmq.EHOSTUNREACH:
+                raise PeerGone(f"caller of {self.address} is gone; reply dropped") from None
+            raise
+
+
+class RequestSocket(_Socket):
+    """DEALER side: one-way `send` and `call` with correlation ids.
+
+    No background task: whichever caller is waiting reads the next reply (one at a time,
+    under a lock released after each message) and hands it to the call it belongs to.
+    A socket monitor tells when the peer disconnects: calls in flight then fail with
+    `PeerGone`, and so does any call made while the peer stays disconnected.
+    """
+
+    def __init__(self, sock: zmq.asyncio.Socket, options: SocketOptions, address: str) -> None:
+        super().__init__(sock, options, address)
+        self._ids = itertools.count(1)
+        self._replies: dict[bytes, Message | Exception] = {}
+        self._pending: set[bytes] = set()
+        self._lock = anyio.Lock()
+        self._monitor: zmq.Socket[bytes] = zmq.Socket.shadow(
+            sock.get_monitor_socket(
+                zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
+            ).underlying
+        )
+        self.state = "connecting"
+        self._poller = zmq.asyncio.Poller()
+        self._poller.register(sock, zmq.POLLIN)
+        self._poller.register(self._monitor, zmq.POLLIN)
+
+    async def send(self, msg: Message) -> None:
+        """One-way: the peer handles `msg` and sends nothing back."""
+        await self._send_frames([_ONE_WAY, *encode(msg)])
+
+    async def call(self, msg: Message, timeout: float = 10.0) -> Message:
+        """The peer's reply to `msg`; raises `RequestTimeout`, `PeerGone` or `RemoteError`."""
+        self._drain_monitor()
+        if self.state == "gone":
+            raise PeerGone(f"peer at {self.address} is disconnected")
+        corr = next(self._ids).to_bytes(8, "little")
+        self._pending.add(corr)
+        try:
+            await self._send_frames([corr, *encode(msg)])
+            with anyio.fail_after(timeout):
+                while corr not in self._replies:
+                    async with self._lock:
+                        if corr not in self._replies:
+                            await self._read_one()
+        except TimeoutError:
+            raise RequestTimeout(
+                f"no reply to {type(msg).__name__} from {self.address} within {timeout:g} s "
+                f"(peer {self.state})"
+            ) from None
+        finally:
+            self._pending.discard(corr)
+        reply = self._replies.pop(corr)
+        if isinstance(reply, Exception):
+            raise reply
+        if isinstance(reply, ErrorReply):
+            raise RemoteError(reply.kind, reply.detail)
+        return reply
+
+    async def _read_one(self) -> None:
+        if not self._try_read():
+            await self._poller.poll()
+            self._try_read()
+
+    def _try_read(self) -> bool:
+        got = self._drain_monitor()
+        try:
+            frames = self._sync.recv_multipart(zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return got
+        corr = frames[0].bytes if frames else b""
+        if corr in self._pending:  # late replies to timed-out calls are dropped
+            try:
+                self._replies[corr] = decode(frames[1:], self.options.limits)
+            except ProtocolError as exc:
+                self._replies[corr] = exc
+        return True
+
+    def _drain_monitor(self) -> bool:
+        got = False
+        while True:
+            try:
+                event = parse_monitor_message(self._monitor.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                return got
+            got = True
+            if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self.state = "connected"
+            elif event["event"] == zmq.EVENT_DISCONNECTED:
+                self.state = "gone"
+                for corr in self._pending:
+                    self._replies.setdefault(
+                        corr, PeerGone(f"peer at {self.address} disconnected during the call")
+                    )
+
+    def close(self) -> None:
+        if not self._async.closed:
+            self._async.disable_monitor()
+            self._monitor.close(linger=0)
+        super().close()
+
+
+class ZmqTransport:
+    """Makes typed sockets on one zmq context; `close()` closes them all."""
+
+    def __init__(self, options: SocketOptions | None = None) -> None:
+        self.options = options or SocketOptions()
+        self.ctx = zmq.asyncio.Context()
+        self._sockets: list[_Socket] = []
+        self._authenticator: Any = None
+
+    def _make(self, kind: int, address: str, bind: bool, wrap: Any) -> Any:
+        sock = self.ctx.socket(kind)
+        sock.setsockopt(zmq.SNDHWM, self.options.hwm)
+        sock.setsockopt(zmq.RCVHWM, self.options.hwm)
+        sock.setsockopt(zmq.LINGER, int(self.options.linger_s * 1000))
+        if kind == zmq.ROUTER:
+            sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        if address.startswith("tcp://"):
+            ivl = int(self.options.heartbeat_s * 1000)
+            sock.setsockopt(zmq.HEARTBEAT_IVL, ivl)
+            sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * ivl)
+            if self.options.curve is not None:
+                self._secure(sock, bind)
+        wrapped = wrap(sock, self.options, address)  # before connecting: monitors see it all
+        if bind:
+            _prepare_bind(address)
+            sock.bind(address)
+        else:
+            sock.connect(address)
+        self._sockets.append(wrapped)
+        return wrapped
+
+    def _secure(self, sock: zmq.asyncio.Socket, server: bool) -> None:
+        from transport.security import apply_curve, start_authenticator
+
+        assert self.options.curve is not None
+        if server and self._authenticator is None:
+            self._authenticator = start_authenticator(self.ctx, self.options.curve)
+        apply_curve(sock, self.options.curve, server=server)
+
+    def push(self, address: str, *, bind: bool = False) -> PushSocket:
+        sock: PushSocket = self._make(zmq.PUSH, address, bind, PushSocket)
+        return sock
+
+    def pull(self, address: str, *, bind: bool = True) -> PullSocket:
+        sock: PullSocket = self._make(zmq.PULL, address, bind, PullSocket)
+        return sock
+
+    def pub(self, address: str, *, bind: bool = True) -> PubSocket:
+        sock: PubSocket = self._make(zmq.PUB, address, bind, PubSocket)
+        return sock
+
+    def sub(
+        self, address: str, *, topics: tuple[bytes, ...] = (b"",), bind: bool = False
+    ) -> SubSocket:
+        sock: SubSocket = self._make(zmq.SUB, address, bind, SubSocket)
+        for topic in topics:
+            sock._async.setsockopt(zmq.SUBSCRIBE, topic)
+        return sock
+
+    def reply(self, address: str, *, bind: bool = True) -> ReplySocket:
+        sock: ReplySocket = self._make(zmq.ROUTER, address, bind, ReplySocket)
+        return sock
+
+    def request(self, address: str, *, bind: bool = False) -> RequestSocket:
+        sock: RequestSocket = self._make(zmq.DEALER, address, bind, RequestSocket)
+        return sock
+
+    def close(self) -> None:
+        for sock in self._sockets:
+            sock.close()
+        self._sockets.clear()
+        if self._authenticator is not None:
+            self._authenticator.stop()
+            self._authenticator = None
+        self.ctx.destroy(linger=int(self.options.linger_s * 1000))
