@@ -29,6 +29,7 @@ from transport.security import CurveKeys
 
 _CHECKPOINT_EVERY: Final = 64
 _ONE_WAY: Final = b""
+_MAX_FD_WAIT_S: Final = 0.05
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,15 +80,29 @@ class _Socket:
         if self._ops % _CHECKPOINT_EVERY == 0:
             await anyio.lowlevel.checkpoint()
 
+    async def _wait(self, event: int) -> None:
+        """Wait until `event` (POLLIN/POLLOUT) may be ready.
+
+        The zmq FD is edge-triggered: reading ZMQ_EVENTS re-arms it, so check the events
+        first and sleep on the FD only when they say nothing is ready. The sleep is bounded:
+        an edge that fires between the check and the wait (seen under load for POLLOUT at
+        the high-water mark) then costs a few milliseconds instead of a hang.
+        """
+        if not int(self._sync.get(zmq.EVENTS)) & event:
+            with anyio.move_on_after(_MAX_FD_WAIT_S):
+                await anyio.wait_readable(self._sync.FD)
+
     async def _send_frames(self, frames: list[Any]) -> None:
-        if self._async.closed:
-            raise ChannelClosed(f"socket for {self.address} is closed")
-        try:
-            self._sync.send_multipart(frames, zmq.NOBLOCK, copy=False)
-        except zmq.Again:
-            await self._async.send_multipart(frames, copy=False)
-        else:
+        while True:
+            if self._async.closed:
+                raise ChannelClosed(f"socket for {self.address} is closed")
+            try:
+                self._sync.send_multipart(frames, zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                await self._wait(zmq.POLLOUT)  # at the high-water mark: backpressure
+                continue
             await self._checkpoint()
+            return
 
     async def _recv_frames(self) -> list[zmq.Frame]:
         while True:
@@ -96,7 +111,7 @@ class _Socket:
             try:
                 frames = self._sync.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
-                await self._async.poll(None, zmq.POLLIN)  # type: ignore[call-arg]
+                await self._wait(zmq.POLLIN)
                 continue
             await self._checkpoint()
             return frames

@@ -1,0 +1,135 @@
+"""RunningBatch: the running requests, one per KV slot, decoders first.
+
+Slots ``[0, num_decode)`` hold decoding requests and ``[num_decode, len)`` prefilling ones,
+so each kind is a contiguous run of slots that one forward reads as a view. Adding and
+removing rows moves KV between slots to keep both runs contiguous. ``ParkedStore`` holds the
+KV of requests between chunks, least-recently-used first.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from actors.generator.kv_cache import KVCache, ParkedKV
+from actors.generator.request import Phase, RequestState
+
+
+class RunningBatch:
+    def __init__(self, cache: KVCache) -> None:
+        self.cache = cache
+        self.rows: list[RequestState] = []
+        self.num_decode = 0
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def decoding(self) -> list[RequestState]:
+        return self.rows[: self.num_decode]
+
+    @property
+    def reserved(self) -> int:
+        return sum(r.reserved for r in self.rows)
+
+    def add_prefill(self, state: RequestState) -> int:
+        """Append a prefilling row; returns its slot."""
+        state.phase = Phase.PREFILL
+        self.rows.append(state)
+        return len(self.rows) - 1
+
+    def add_decode(self, state: RequestState) -> int:
+        """Insert a decoding row after the decoders; returns its slot (its KV is not set)."""
+        slot = self.num_decode
+        if slot < len(self.rows):
+            first = self.rows[slot]
+            self.cache.move(slot, len(self.rows), first.cache_len)
+            self.rows.append(first)
+            self.rows[slot] = state
+        else:
+            self.rows.append(state)
+        state.phase = Phase.DECODE
+        self.num_decode += 1
+        return slot
+
+    def promote(self, slot: int) -> None:
+        """The prefilling row at ``slot`` (== num_decode) finished its prefill."""
+        assert slot == self.num_decode, "prefill rows complete in slot order"
+        self.rows[slot].phase = Phase.DECODE
+        self.num_decode += 1
+
+    def remove(self, slot: int) -> RequestState:
+        """Take the row at ``slot`` out (its KV is dropped), keeping both runs contiguous."""
+        state = self.rows[slot]
+        if slot < self.num_decode:
+            last_dec = self.num_decode - 1
+            self._move_row(last_dec, slot)
+            self._move_row(len(self.rows) - 1, last_dec)
+            self.num_decode -= 1
+        else:
+            for j in range(slot, len(self.rows) - 1):
+                self._move_row(j + 1, j)
+        self.rows.pop()
+        return state
+
+    def slot_of(self, state: RequestState) -> int:
+        return next(i for i, r in enumerate(self.rows) if r is state)
+
+    def _move_row(self, src: int, dst: int) -> None:
+        if src != dst:
+            self.cache.move(src, dst, self.rows[src].cache_len)
+            self.rows[dst] = self.rows[src]
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedEntry:
+    tokens: list[int]  # the sequence whose first ``kv.num_tokens`` tokens have KV
+    kv: ParkedKV
+
+    def reusable(self, tokens: list[int]) -> int:
+        """Leading tokens of ``tokens`` with valid KV here (at most all but the last)."""
+        limit = min(self.kv.num_tokens, len(tokens) - 1)
+        same = 0
+        while same < limit and self.tokens[same] == tokens[same]:
+            same += 1
+        return same
+
+
+class ParkedStore:
+    """request id -> parked KV, in least-recently-used order."""
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[str, ParkedEntry] = OrderedDict()
+        self.num_tokens = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, request_id: str) -> bool:
+        return request_id in self._entries
+
+    def get(self, request_id: str) -> ParkedEntry | None:
+        return self._entries.get(request_id)
+
+    def put(self, request_id: str, entry: ParkedEntry) -> None:
+        self.pop(request_id)
+        self._entries[request_id] = entry
+        self.num_tokens += entry.kv.num_tokens
+
+    def pop(self, request_id: str) -> ParkedEntry | None:
+        entry = self._entries.pop(request_id, None)
+        if entry is not None:
+            self.num_tokens -= entry.kv.num_tokens
+        return entry
+
+    def evict_lru(self, keep: str | None = None) -> bool:
+        """Drop the least recently used entry other than ``keep``; False if none."""
+        victim = next((rid for rid in self._entries if rid != keep), None)
+        if victim is None:
+            return False
+        self.pop(victim)
+        return True
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.num_tokens = 0

@@ -1,0 +1,180 @@
+"""Engine: the interface every generation backend implements, and the plain data it speaks.
+
+A Generator actor drives one ``Engine``: it ``add``s chunk requests, calls ``step`` in a loop
+(optionally with drafts for the requests that will decode next), forwards each step's
+``StepDelta``s (new tokens) and each finished ``ChunkResult``, and reads ``load``,
+``counters`` and ``step_time`` for the scheduler and the speculation policy. ``TorchEngine``
+is the built-in backend; an SGLang HTTP backend implements the same protocol.
+
+Contract:
+- One chunk = at most ``max_new_tokens`` new tokens of one request. It ends with a
+  ``ChunkResult`` whose finish reason is ``"stop"`` (EOS or a stop token), ``"length"``
+  (context or ``max_total_new_tokens`` reached), ``"chunk"`` (this chunk's budget reached,
+  the request is not finished), ``"abort"`` or ``"error"`` (with a message).
+- Bad input raises an ``EngineError`` subclass (a ``ValueError``) before any state changes;
+  the engine keeps serving. ``error_result`` turns one into a ``ChunkResult``.
+- Every output carries the weight version that produced it.
+Everything here is synchronous and msgpack-friendly (ints, floats, strings, tuples).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+from actors.generator.drafts import Draft
+from actors.generator.errors import InvalidRequestError
+
+FinishReason = Literal["stop", "length", "chunk", "abort", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """temperature 0 = greedy; top_k 0 = off; top_p 1 = off; seed None = derived from the
+    request id (so a request resumed elsewhere draws the same coins)."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    ignore_eos: bool = False
+    stop_token_ids: tuple[int, ...] = ()
+
+    def validate(self) -> None:
+        if not self.temperature >= 0:
+            raise InvalidRequestError(f"temperature must be >= 0, got {self.temperature!r}")
+        if self.top_k < 0:
+            raise InvalidRequestError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRequest:
+    """Generate at most ``max_new_tokens`` more tokens of one request.
+
+    ``generated_ids`` are the tokens earlier chunks produced; the engine reuses resident KV
+    for them when it has it and re-prefills otherwise. ``weight_version`` None = any.
+    """
+
+    request_id: str
+    prompt_ids: tuple[int, ...]
+    max_new_tokens: int
+    generated_ids: tuple[int, ...] = ()
+    params: SamplingParams = field(default_factory=SamplingParams)
+    weight_version: int | None = None
+    max_total_new_tokens: int | None = None
+
+    @property
+    def num_context_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.generated_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class StepDelta:
+    """Tokens one request gained in one step (several when drafts were accepted)."""
+
+    request_id: str
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkResult:
+    """The end of one chunk: every token it produced, their logprobs, and why it ended."""
+
+    request_id: str
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish_reason: FinishReason
+    weight_version: int
+    error: str | None = None
+    num_cached_tokens: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+
+    @property
+    def is_finished(self) -> bool:
+        """True when the request is done for good (not merely this chunk)."""
+        return self.finish_reason != "chunk"
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    deltas: tuple[StepDelta, ...]
+    finished: tuple[ChunkResult, ...]
+    num_decode_rows: int = 0
+    num_prefill_tokens: int = 0
+    num_draft_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    num_running: int
+    num_waiting: int
+    num_parked: int
+    kv_tokens_used: int
+    kv_tokens_total: int
+
+
+@dataclass(frozen=True, slots=True)
+class EngineCounters:
+    """Monotonic totals since start-up (a snapshot)."""
+
+    num_steps: int = 0
+    num_prefill_tokens: int = 0
+    num_reprefills: int = 0
+    num_reprefilled_tokens: int = 0
+    num_preemptions: int = 0
+    num_recomputed_tokens: int = 0
+    num_generated_tokens: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_parked_hits: int = 0
+    num_parked_evictions: int = 0
+    kv_tokens_peak: int = 0
+
+
+def error_result(request_id: str, exc: BaseException, weight_version: int) -> ChunkResult:
+    """A ``ChunkResult`` reporting ``exc`` for a request the engine refused."""
+    message = f"{type(exc).__name__}: {exc}"
+    return ChunkResult(request_id, (), (), "error", weight_version, error=message)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """What a Generator actor needs from a backend."""
+
+    @property
+    def weight_version(self) -> int: ...
+
+    def add(self, request: ChunkRequest) -> None:
+        """Queue a chunk; raises ``EngineError`` for bad input."""
+
+    def abort(self, request_id: str) -> ChunkResult | None:
+        """Stop a request: its chunk ends with ``"abort"`` and the tokens so far (None when
+        it was only parked, whose KV is dropped). Raises ``UnknownRequestError``."""
+
+    def release(self, request_id: str) -> bool:
+        """Drop a parked request's KV; False when none was resident."""
+
+    def step(self, drafts: Mapping[str, Draft] | None = None) -> StepResult:
+        """Run one iteration: admit, prefill a budget of tokens, decode (verify drafts)."""
+
+    def has_work(self) -> bool: ...
+
+    def decoding_request_ids(self) -> list[str]:
+        """Requests that decode in the next step: the ones drafts may be given for."""
+
+    def load(self) -> EngineLoad: ...
+
+    def counters(self) -> EngineCounters: ...
+
+    def step_time(self, batch: int, draft_len: int) -> float:
+        """Profiled seconds of one verify step of ``batch`` rows with ``draft_len`` drafts."""
+
+    def update_weights(self, source: object, version: int) -> None:
+        """Swap weights between iterations (idle engine); parked KV is dropped."""

@@ -1,0 +1,80 @@
+"""StepProfile: measured verify-step time T(B, g) over a grid, interpolated.
+
+At start-up the engine times one full step (forward plus token choice) for each batch size
+B and chain-draft length g of the grid, at a fixed context length, on a scratch KV cache of
+its own (running requests are never touched), and keeps the median of a few repeats.
+``seconds(B, g)`` interpolates bilinearly; g is clamped to the grid, and a batch above the
+grid scales the largest measured batch linearly. The speculation policy reads it to decide
+whether a draft pays (T(B, g) against T(B, 0) and the expected accepted length).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from actors.generator.kv_cache import KVCache
+from actors.generator.runner import ModelRunner, Segment
+from actors.generator.sampler import SamplingBatch, choose_tokens
+from actors.model.llama import LlamaModel
+
+
+class StepProfile:
+    def __init__(
+        self, batches: Sequence[int], draft_lens: Sequence[int], seconds: np.ndarray
+    ) -> None:
+        self.batches = np.asarray(sorted(batches), dtype=np.float64)
+        self.draft_lens = np.asarray(sorted(draft_lens), dtype=np.float64)
+        self.table = seconds  # (len(batches), len(draft_lens))
+
+    @classmethod
+    def measure(
+        cls,
+        model: LlamaModel,
+        batches: Sequence[int],
+        draft_lens: Sequence[int],
+        context: int,
+        repeats: int,
+    ) -> StepProfile:
+        batches, draft_lens = sorted(set(batches)), sorted(set(draft_lens))
+        cache = KVCache(model.config, max(batches), context + max(draft_lens) + 1)
+        runner = ModelRunner(model, cache)
+        table = np.zeros((len(batches), len(draft_lens)))
+        for i, batch in enumerate(batches):
+            for j, g in enumerate(draft_lens):
+                table[i, j] = _time_step(runner, batch, g, context, repeats)
+        return cls(batches, draft_lens, table)
+
+    def seconds(self, batch: int, draft_len: int) -> float:
+        scale = 1.0
+        b = float(batch)
+        if b > self.batches[-1]:
+            scale, b = b / self.batches[-1], self.batches[-1]
+        per_g = [np.interp(b, self.batches, self.table[:, j]) for j in range(len(self.draft_lens))]
+        return float(np.interp(float(draft_len), self.draft_lens, per_g)) * scale
+
+    def as_rows(self) -> list[dict[str, float]]:
+        return [
+            {"batch": int(b), "draft_len": int(g), "step_ms": 1e3 * float(self.table[i, j])}
+            for i, b in enumerate(self.batches)
+            for j, g in enumerate(self.draft_lens)
+        ]
+
+
+def _time_step(runner: ModelRunner, batch: int, g: int, context: int, repeats: int) -> float:
+    vocab = runner.model.config.vocab_size
+    gen = torch.Generator().manual_seed(batch * 131 + g)
+    ids = torch.randint(0, vocab, (batch, g + 1), generator=gen).tolist()
+    segments = [Segment(context, row, list(range(context, context + g + 1))) for row in ids]
+    n = batch * (g + 1)
+    sampling = SamplingBatch.build([1.0] * n, [0] * n, [1.0] * n, [7] * n, list(range(n)))
+    samples = []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        logits = runner.forward(0, segments)
+        choose_tokens(logits, sampling)
+        samples.append(time.perf_counter() - start)
+    return float(np.median(samples[1:]))

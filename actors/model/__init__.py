@@ -1,0 +1,31 @@
+"""The tiny Llama-style model shared by the generator and the trainer."""
+
+from actors.model.config import ModelConfig
+from actors.model.layout import BatchLayout, build_layout, causal_mask
+from actors.model.llama import LlamaModel
+from actors.model.tokenizer import ByteTokenizer
+from actors.model.weights import (
+    hf_config,
+    load_config,
+    load_hf_folder,
+    load_model,
+    load_state_dict,
+    load_weights_into,
+    save_model,
+)
+
+__all__ = [
+    "BatchLayout",
+    "ByteTokenizer",
+    "LlamaModel",
+    "ModelConfig",
+    "build_layout",
+    "causal_mask",
+    "hf_config",
+    "load_config",
+    "load_hf_folder",
+    "load_model",
+    "load_state_dict",
+    "load_weights_into",
+    "save_model",
+]

@@ -1,0 +1,231 @@
+"""LlamaModel: a Llama-style decoder in plain torch (RMSNorm, rotary, SwiGLU, GQA).
+
+Two entry points share the weights:
+
+- ``forward(input_ids)``: ``(B, T)`` tokens -> ``(B, T, V)`` logits with causal attention and
+  no cache; the trainer and the tests' reference path use it (autograd works).
+- ``forward_cached(input_ids, positions, k_cache, v_cache, layout)``: ``N`` flat new tokens
+  of several sequences, their explicit positions, and per-layer slot buffers; writes the new
+  tokens' K/V into the cache and returns their ``(N, V)`` logits (or only the rows picked by
+  ``logits_index``). Batched decode, chunked prefill and tree verification are all this one
+  call with different ``BatchLayout``s (see ``layout.py``).
+
+Rotary uses the "rotate half" convention of Hugging Face Llama, so HF checkpoints load as is.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from actors.model.config import ModelConfig
+from actors.model.layout import BatchLayout
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+
+class Rotary(nn.Module):
+    """cos/sin tables for every position up to ``max_context``: ``(P, D)`` each."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+    def __init__(self, head_dim: int, max_context: int, theta: float) -> None:
+        super().__init__()
+        inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+        freqs = torch.outer(torch.arange(max_context, dtype=torch.float64), inv)  # (P, D/2)
+        emb = torch.cat([freqs, freqs], dim=-1)  # (P, D)
+        self.register_buffer("cos", emb.cos().float(), persistent=False)
+        self.register_buffer("sin", emb.sin().float(), persistent=False)
+
+    def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.cos[positions], self.sin[positions]  # (..., D) each
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (..., H, D), cos/sin (..., 1, D) -> rotated x."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = (
+            cfg.num_heads,
+            cfg.num_kv_heads,
+            cfg.head_dim,
+        )
+        kv_dim = cfg.num_kv_heads * cfg.head_dim
+        self.q_proj = nn.Linear(cfg.hidden, cfg.hidden, bias=cfg.attention_bias)
+        self.k_proj = nn.Linear(cfg.hidden, kv_dim, bias=cfg.attention_bias)
+        self.v_proj = nn.Linear(cfg.hidden, kv_dim, bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(cfg.hidden, cfg.hidden, bias=False)
+        self.is_gqa = cfg.num_kv_heads != cfg.num_heads
+
+    def _qkv(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        lead = x.shape[:-1]
+        q = self.q_proj(x).view(*lead, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(*lead, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(*lead, self.num_kv_heads, self.head_dim)
+        cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
+        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """x (B, T, hidden), causal, no cache."""
+        bsz, seq, _ = x.shape
+        q, k, v = (t.transpose(1, 2) for t in self._qkv(x, cos, sin))  # (B, H, T, D)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.is_gqa)
+        out: torch.Tensor = self.o_proj(o.transpose(1, 2).reshape(bsz, seq, -1))
+        return out
+
+    def forward_cached(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        layout: BatchLayout,
+    ) -> torch.Tensor:
+        """x (N, hidden) flat new tokens; k_cache/v_cache (S, Hkv, C, D) slot buffers."""
+        q, k, v = self._qkv(x, cos, sin)  # (N, H, D), (N, Hkv, D), (N, Hkv, D)
+        k_cache[layout.write_slot, :, layout.write_pos] = k
+        v_cache[layout.write_slot, :, layout.write_pos] = v
+        rows, q_max = layout.num_rows, layout.q_len_max
+        if layout.flat_to_pad is not None:
+            padded = q.new_zeros(rows * q_max, self.num_heads, self.head_dim)
+            padded[layout.flat_to_pad] = q
+            q = padded
+        q = q.view(rows, q_max, self.num_heads, self.head_dim).transpose(1, 2)  # (B,H,Q,D)
+        lo, hi = layout.slot_start, layout.slot_start + rows
+        keys = k_cache[lo:hi, :, : layout.kv_len]  # (B, Hkv, T, D) strided view, no copy
+        values = v_cache[lo:hi, :, : layout.kv_len]
+        o = F.scaled_dot_product_attention(
+            q, keys, values, attn_mask=layout.mask, enable_gqa=self.is_gqa
+        )  # (B,H,Q,D)
+        o = o.transpose(1, 2).reshape(rows * q_max, -1)  # (B*Q, H*D)
+        if layout.flat_to_pad is not None:
+            o = o[layout.flat_to_pad]
+        out: torch.Tensor = self.o_proj(o)  # (N, hidden)
+        return out
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden, cfg.intermediate, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden, cfg.intermediate, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate, cfg.hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return out
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden, cfg.norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden, cfg.norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        h2: torch.Tensor = self.mlp(self.post_attention_layernorm(x))
+        return x + h2
+
+    def forward_cached(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        layout: BatchLayout,
+    ) -> torch.Tensor:
+        h = self.self_attn.forward_cached(
+            self.input_layernorm(x), cos, sin, k_cache, v_cache, layout
+        )
+        x = x + h
+        h2: torch.Tensor = self.mlp(self.post_attention_layernorm(x))
+        return x + h2
+
+
+class LlamaModel(nn.Module):
+    """Embedding, ``num_layers`` blocks, final norm, output head. Parameter names follow HF
+    Llama minus the ``model.`` prefix, so checkpoints map one to one."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden, cfg.norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        self.rotary = Rotary(cfg.head_dim, cfg.max_context, cfg.rope_theta)
+
+    @classmethod
+    def random(cls, cfg: ModelConfig, seed: int = 0, std: float = 0.02) -> LlamaModel:
+        """A model with seeded normal(0, std) weights (norms at 1, biases at 0)."""
+        model = cls(cfg)
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if name.endswith("layernorm.weight") or name == "norm.weight":
+                    param.fill_(1.0)
+                elif name.endswith(".bias"):
+                    param.zero_()
+                else:
+                    param.copy_(torch.randn(param.shape, generator=gen) * std)
+        return model
+
+    @property
+    def blocks(self) -> list[Block]:
+        return [cast(Block, layer) for layer in self.layers]
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """input_ids (B, T) -> logits (B, T, V); positions 0..T-1, causal, no cache."""
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        cos, sin = self.rotary(positions)  # (T, D)
+        x = self.embed_tokens(input_ids)  # (B, T, hidden)
+        for layer in self.blocks:
+            x = layer(x, cos, sin)
+        logits: torch.Tensor = self.lm_head(self.norm(x))
+        return logits
+
+    def forward_cached(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        k_cache: list[torch.Tensor],
+        v_cache: list[torch.Tensor],
+        layout: BatchLayout,
+        logits_index: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """input_ids/positions (N,) -> logits (N, V), or (M, V) for ``logits_index`` (M,)."""
+        cos, sin = self.rotary(positions)  # (N, D)
+        x = self.embed_tokens(input_ids)  # (N, hidden)
+        for layer, kc, vc in zip(self.blocks, k_cache, v_cache, strict=True):
+            x = layer.forward_cached(x, cos, sin, kc, vc, layout)
+        if logits_index is not None:
+            x = x[logits_index]
+        logits: torch.Tensor = self.lm_head(self.norm(x))
+        return logits
