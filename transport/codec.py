@@ -204,6 +204,8 @@ def decode(frames: Sequence[Frame], limits: CodecLimits = DEFAULT_LIMITS) -> Mes
         raise ProtocolError("empty message: no frames")
     if len(frames) > limits.max_frames:
         raise ProtocolError(f"{len(frames)} frames exceed the limit of {limits.max_frames}")
+    if len(frames) == 1:  # fast path: no tensors, so no extension may appear
+        return _decode_header_only(frames[0], limits)
     views = [_as_view(f) for f in frames]
     if views[0].nbytes > limits.max_header_bytes:
         raise ProtocolError(
@@ -221,7 +223,29 @@ def decode(frames: Sequence[Frame], limits: CodecLimits = DEFAULT_LIMITS) -> Mes
     return header
 
 
-def _unpack_header(raw: memoryview, dec: _Decoder) -> Message:
+def _decode_header_only(frame: Frame, limits: CodecLimits) -> Message:
+    raw = frame.bytes if isinstance(frame, zmq.Frame) else frame
+    if len(raw) > limits.max_header_bytes:
+        raise ProtocolError(
+            f"header of {len(raw)} bytes exceeds the limit of {limits.max_header_bytes}"
+        )
+    return _unpack_header(raw, _NO_FRAMES)
+
+
+def _reject_ext(code: int, data: bytes) -> Any:
+    if code == TENSOR_EXT:
+        raise ProtocolError("tensor refers to missing frame 0")
+    raise ProtocolError(f"unknown msgpack extension type {code}")
+
+
+class _NoFrames:
+    ext_hook = staticmethod(_reject_ext)
+
+
+_NO_FRAMES: Final = _NoFrames()
+
+
+def _unpack_header(raw: Any, dec: _Decoder | _NoFrames) -> Message:
     try:
         obj = msgpack.unpackb(raw, ext_hook=dec.ext_hook, use_list=False, strict_map_key=True)
     except ProtocolError:

@@ -60,6 +60,10 @@ class Incoming:
         return self.corr != _ONE_WAY
 
 
+def _as_bytes(frame: Any) -> bytes:
+    return frame.bytes if isinstance(frame, zmq.Frame) else bytes(frame)
+
+
 def _prepare_bind(address: str) -> None:
     if address.startswith("ipc://"):
         os.makedirs(os.path.dirname(address[len("ipc://") :]) or ".", exist_ok=True)
@@ -104,17 +108,25 @@ class _Socket:
             await self._checkpoint()
             return
 
-    async def _recv_frames(self) -> list[zmq.Frame]:
+    async def _recv_frames(self) -> list[Any]:
         while True:
             if self._async.closed:
                 raise ChannelClosed(f"socket for {self.address} is closed")
             try:
-                frames = self._sync.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = self._recv_now()
             except zmq.Again:
                 await self._wait(zmq.POLLIN)
                 continue
             await self._checkpoint()
             return frames
+
+    def _recv_now(self) -> list[Any]:
+        """One multipart message: the first frame as bytes (small: a copy is cheapest), the
+        rest as zero-copy `zmq.Frame`s (tensor payloads are never copied)."""
+        frames: list[Any] = [self._sync.recv(zmq.NOBLOCK)]
+        while self._sync.rcvmore:
+            frames.append(self._sync.recv(copy=False))
+        return frames
 
     def close(self) -> None:
         if not self._async.closed:
@@ -152,7 +164,7 @@ class ReplySocket(_Socket):
         frames = await self._recv_frames()
         if len(frames) < 3:
             raise ProtocolError(f"request with {len(frames)} frames; expected at least 3")
-        peer, corr = frames[0].bytes, frames[1].bytes
+        peer, corr = frames[0], _as_bytes(frames[1])
         try:
             msg = decode(frames[2:], self.options.limits)
         except ProtocolError as exc:
@@ -242,10 +254,10 @@ class RequestSocket(_Socket):
     def _try_read(self) -> bool:
         got = self._drain_monitor()
         try:
-            frames = self._sync.recv_multipart(zmq.NOBLOCK, copy=False)
+            frames = self._recv_now()
         except zmq.Again:
             return got
-        corr = frames[0].bytes if frames else b""
+        corr = frames[0]
         if corr in self._pending:  # late replies to timed-out calls are dropped
             try:
                 self._replies[corr] = decode(frames[1:], self.options.limits)
