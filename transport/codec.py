@@ -260,5 +260,5 @@ def _unpack_header(raw: Any, dec: _Decoder | _NoFrames) -> Message:
     build = _BUILDERS.get(tag) if type(tag) is int else None
     if build is None:
         raise ProtocolError(f"unknown message tag {tag!r}")
-    msg: Message = build(body, REGISTRY[tag].__name__)
+    msg: Message = build(body)
     return msg

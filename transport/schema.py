@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import MISSING, fields
 from typing import Any
 
@@ -159,17 +159,21 @@ def compile_record(cls: type) -> Callable[[Any, str], Any]:
     known = frozenset(name for name, _ in checks)
     name = cls.__name__
 
+    paths = {field_name: f"{name}.{field_name}" for field_name, _ in checks}
+
     def build(body: Any, where: str = name) -> Any:
         if type(body) is not dict:
             _fail(where, "map", body)
-        if len(body) > len(known) or not required <= body.keys():
+        if not required <= body.keys():
             missing = sorted(required - body.keys())
             extra = sorted(map(str, body.keys() - known))
             raise ProtocolError(f"{where}: missing fields {missing}, unexpected {extra}")
         kwargs = {}
+        top = where is name  # paths of top-level fields are made once, not per message
         for field_name, check in checks:
             if field_name in body:
-                kwargs[field_name] = check(body[field_name], f"{where}.{field_name}")
+                path = paths[field_name] if top else f"{where}.{field_name}"
+                kwargs[field_name] = check(body[field_name], path)
         if len(kwargs) != len(body):
             extra = sorted(map(str, body.keys() - known))
             raise ProtocolError(f"{where}: unexpected fields {extra}")
@@ -178,13 +182,5 @@ def compile_record(cls: type) -> Callable[[Any, str], Any]:
     return build
 
 
-def record_to_map(obj: Any, names: tuple[str, ...]) -> dict[str, Any]:
-    return {n: getattr(obj, n) for n in names}
-
-
 def field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
-
-
-def is_mapping(v: Any) -> bool:
-    return isinstance(v, Mapping)

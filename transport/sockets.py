@@ -79,11 +79,6 @@ class _Socket:
         self.address = address
         self._ops = 0
 
-    async def _checkpoint(self) -> None:
-        self._ops += 1
-        if self._ops % _CHECKPOINT_EVERY == 0:
-            await anyio.lowlevel.checkpoint()
-
     async def _wait(self, event: int) -> None:
         """Wait until `event` (POLLIN/POLLOUT) may be ready.
 
@@ -100,12 +95,16 @@ class _Socket:
         while True:
             if self._async.closed:
                 raise ChannelClosed(f"socket for {self.address} is closed")
+            # small bytes frames are cheapest copied; tensor buffers go zero-copy
+            copy = all(type(f) is bytes for f in frames)
             try:
-                self._sync.send_multipart(frames, zmq.NOBLOCK, copy=False)
+                self._sync.send_multipart(frames, zmq.NOBLOCK, copy=copy)
             except zmq.Again:
                 await self._wait(zmq.POLLOUT)  # at the high-water mark: backpressure
                 continue
-            await self._checkpoint()
+            self._ops += 1
+            if not self._ops % _CHECKPOINT_EVERY:
+                await anyio.lowlevel.checkpoint()
             return
 
     async def _recv_frames(self) -> list[Any]:
@@ -117,14 +116,16 @@ class _Socket:
             except zmq.Again:
                 await self._wait(zmq.POLLIN)
                 continue
-            await self._checkpoint()
+            self._ops += 1
+            if not self._ops % _CHECKPOINT_EVERY:
+                await anyio.lowlevel.checkpoint()
             return frames
 
     def _recv_now(self) -> list[Any]:
         """One multipart message: the first frame as bytes (small: a copy is cheapest), the
         rest as zero-copy `zmq.Frame`s (tensor payloads are never copied)."""
         frames: list[Any] = [self._sync.recv(zmq.NOBLOCK)]
-        while self._sync.rcvmore:
+        while self._sync.get(zmq.RCVMORE):
             frames.append(self._sync.recv(copy=False))
         return frames
 
