@@ -73,7 +73,7 @@ class CodecLimits:
 DEFAULT_LIMITS: Final = CodecLimits()
 
 _FIELDS: Final = {cls: field_names(cls) for cls in REGISTRY.values()}
-_BUILDERS: Final[dict[int, Callable[[Any, str], Any]]] = {
+_BUILDERS: Final[dict[int, Callable[..., Any]]] = {
     tag: compile_record(cls) for tag, cls in REGISTRY.items()
 }
 _STRUCT_FIELDS: dict[type, tuple[str, ...]] = {}
