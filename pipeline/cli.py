@@ -10,6 +10,7 @@ from collections.abc import Sequence
 BENCHES = {
     "transport": "pipeline.bench.transport",
     "engine": "pipeline.bench.engine",
+    "rollout": "pipeline.bench.rollout",
 }
 
 
@@ -47,7 +48,10 @@ def _cmd_actor(args: argparse.Namespace) -> int:
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     module = importlib.import_module(BENCHES[args.name])
-    module.run(args.json, quick=args.quick)
+    if args.name == "rollout":
+        module.run(args.json, quick=args.quick, trace=args.trace, chunk_size=args.chunk_size)
+    else:
+        module.run(args.json, quick=args.quick)
     return 0
 
 
@@ -75,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("name", choices=sorted(BENCHES))
     bench.add_argument("--json", help="write the result as JSON here")
     bench.add_argument("--quick", action="store_true", help="smaller sizes (smoke test)")
+    bench.add_argument("--trace", help="rollout: replay this recorded trace's workload")
+    bench.add_argument("--chunk-size", type=int, default=64, help="rollout: tokens per chunk")
     bench.set_defaults(fn=_cmd_bench)
     keys = sub.add_parser("keys", help="create a CURVE key pair for tcp deployments")
     keys.add_argument("directory")

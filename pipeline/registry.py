@@ -22,6 +22,10 @@ ACTOR_KINDS: dict[str, str] = {
     "demo.dispatcher": "actors.demo:Dispatcher",
     "demo.worker": "actors.demo:Worker",
     "demo.collector": "actors.demo:Collector",
+    "splitter": "actors.splitter:RequestSplitter",
+    "estimator": "actors.estimator_actor:LengthEstimatorActor",
+    "scheduler": "actors.scheduler.actor:SchedulerActor",
+    "generator": "actors.generator.actor:GeneratorActor",
 }
 
 

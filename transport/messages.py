@@ -174,6 +174,223 @@ class BatchDone(Message):
     results: tuple[ShardResult, ...]
 
 
+# --- rollout: driver -> splitter -> scheduler <-> generators; estimator ----------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SamplingSpec(Struct):
+    """Sampling for every sample of a rollout; `max_new_tokens` is the generation limit."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    ignore_eos: bool = False
+    max_new_tokens: int = 256
+    stop_token_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptSpec(Struct):
+    """One prompt of a batch. `forced_lens` (benchmarks only): per-sample output lengths
+    the engine stops at with ignore_eos; no scheduling policy but the oracle sees them."""
+
+    prompt_id: str
+    token_ids: tuple[int, ...]
+    forced_lens: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestSpec(Struct):
+    """One sample of one group: exactly one engine request."""
+
+    request_id: str
+    group_id: str
+    prompt_id: str
+    index: int
+    is_probe: bool
+    prompt_ids: tuple[int, ...]
+    sampling: SamplingSpec
+    forced_len: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupInfo(Struct):
+    group_id: str
+    prompt_id: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadInfo(Struct):
+    """A generator's load and cumulative engine counters."""
+
+    instance: int
+    num_running: int
+    num_waiting: int
+    num_parked: int
+    kv_used: int
+    kv_total: int
+    max_running: int
+    weight_version: int
+    preemptions: int = 0
+    recomputed_tokens: int = 0
+    reprefilled_tokens: int = 0
+    generated_tokens: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    per_token_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SampleResult(Struct):
+    request_id: str
+    group_id: str
+    prompt_id: str
+    index: int
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish_reason: str
+    weight_version: int
+    start_s: float
+    end_s: float
+    num_chunks: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptBatch(Message):
+    """Driver -> splitter: roll out `group_size` samples of every prompt."""
+
+    rollout_id: str
+    prompts: tuple[PromptSpec, ...]
+    group_size: int
+    sampling: SamplingSpec
+    policy: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupsOpened(Message):
+    """Splitter -> estimator: the groups of a new rollout."""
+
+    rollout_id: str
+    groups: tuple[GroupInfo, ...]
+    generation_limit: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestsAdded(Message):
+    """Splitter -> scheduler: every request of a rollout (one per sample)."""
+
+    rollout_id: str
+    requests: tuple[RequestSpec, ...]
+    policy: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChunkAssigned(Message):
+    """Scheduler -> generator: generate at most `max_tokens` more tokens of a request."""
+
+    rollout_id: str
+    request_id: str
+    chunk_seq: int
+    prompt_ids: tuple[int, ...]
+    generated_ids: tuple[int, ...]
+    max_tokens: int
+    total_limit: int
+    sampling: SamplingSpec
+    weight_version: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChunkFinished(Message):
+    """Generator -> scheduler: a chunk's tokens, why it ended, and the generator's load."""
+
+    rollout_id: str
+    request_id: str
+    chunk_seq: int
+    instance: int
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish_reason: str
+    weight_version: int
+    start_time: float
+    end_time: float
+    cached_tokens: int
+    load: LoadInfo
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestFinished(Message):
+    """Scheduler -> estimator: a sample is complete."""
+
+    rollout_id: str
+    group_id: str
+    request_id: str
+    output_len: int
+    context_len: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EstimateUpdated(Message):
+    """Estimator -> scheduler: a group's length estimate changed."""
+
+    rollout_id: str
+    group_id: str
+    estimate: int
+    average_context_len: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RolloutFinished(Message):
+    """Scheduler -> driver: every sample, plus the rollout's record as JSON."""
+
+    rollout_id: str
+    samples: tuple[SampleResult, ...]
+    record_json: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RolloutFailed(Message):
+    rollout_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndRollout(Message):
+    """Scheduler -> generator: drop the parked KV of these requests."""
+
+    rollout_id: str
+    request_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GetLoad(Message):
+    """Ask a generator for its `LoadReport`."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadReport(Message):
+    load: LoadInfo
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WeightsBucket(Message):
+    """Trainer/driver -> generator: part of a versioned state dict; `is_last` commits it."""
+
+    version: int
+    bucket: int
+    tensors: dict[str, Array]
+    is_last: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WeightsPublished(Message):
+    """Driver -> scheduler: the weight version every new chunk must be generated with."""
+
+    version: int
+
+
 REGISTRY: Final[dict[int, type[Message]]] = {
     1: Stop,
     2: ActorReady,
@@ -190,6 +407,20 @@ REGISTRY: Final[dict[int, type[Message]]] = {
     21: WorkShard,
     22: ShardDone,
     23: BatchDone,
+    30: PromptBatch,
+    31: GroupsOpened,
+    32: RequestsAdded,
+    33: ChunkAssigned,
+    34: ChunkFinished,
+    35: RequestFinished,
+    36: EstimateUpdated,
+    37: RolloutFinished,
+    38: RolloutFailed,
+    39: EndRollout,
+    40: GetLoad,
+    41: LoadReport,
+    42: WeightsBucket,
+    43: WeightsPublished,
 }
 
 

@@ -1,0 +1,64 @@
+"""LengthEstimatorActor: the async shell around the pure `LengthEstimator`.
+
+Consumes `GroupsOpened` (splitter) and `RequestFinished` (scheduler). Emits
+`EstimateUpdated` to the scheduler whenever a group's estimate changes (the longest
+finished sibling so far), with the running average context length that the parallelism
+selector reads. A finished request of an unknown group is logged and dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from actors.base import Actor, ActorContext, Handler
+from actors.estimator import LengthEstimator
+from transport.messages import EstimateUpdated, GroupsOpened, Message, RequestFinished
+
+
+@dataclass(frozen=True, kw_only=True)
+class EstimatorOptions:
+    use_prior: bool = False
+
+
+class LengthEstimatorActor(Actor):
+    role = "estimator"
+    Options = EstimatorOptions
+
+    def __init__(self, ctx: ActorContext) -> None:
+        super().__init__(ctx)
+        self.opts: EstimatorOptions = ctx.options or EstimatorOptions()
+        self.core: LengthEstimator | None = None
+        self.open: dict[str, int] = {}  # group id -> requests not yet finished
+
+    def handlers(self) -> Mapping[type[Message], Handler]:
+        return {
+            GroupsOpened: self.handle_groups_opened,
+            RequestFinished: self.handle_request_finished,
+        }
+
+    async def handle_groups_opened(self, msg: GroupsOpened) -> None:
+        if self.core is None:
+            self.core = LengthEstimator(msg.generation_limit, use_prior=self.opts.use_prior)
+        for group in msg.groups:
+            self.core.open_group(group.group_id, group.prompt_id, group.size)
+            self.open[group.group_id] = group.size
+
+    async def handle_request_finished(self, msg: RequestFinished) -> None:
+        if self.core is None or msg.group_id not in self.open:
+            self.log.warning("unknown_group", group=msg.group_id, request=msg.request_id)
+            return
+        self.core.on_context(msg.context_len)
+        estimate = self.core.on_request_finished(msg.group_id, msg.output_len)
+        self.open[msg.group_id] -= 1
+        if not self.open[msg.group_id]:
+            del self.open[msg.group_id]
+            self.core.close_group(msg.group_id)
+        if estimate is not None:
+            update = EstimateUpdated(
+                rollout_id=msg.rollout_id,
+                group_id=msg.group_id,
+                estimate=estimate,
+                average_context_len=self.core.average_context_len,
+            )
+            await self.send_to("scheduler", 0, update)

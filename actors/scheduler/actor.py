@@ -1,0 +1,256 @@
+"""SchedulerActor: the request buffer and the dispatch loop of a rollout.
+
+Consumes `RequestsAdded` (splitter), `ChunkFinished` (generators), `EstimateUpdated`
+(estimator), `WeightsPublished` (driver). Emits `ChunkAssigned` to generators,
+`RequestFinished` to the estimator, `EndRollout` to generators and `RolloutFinished` (or
+`RolloutFailed`) to the driver. Decisions live in the pure `SchedulerCore` and its policy;
+this shell keeps each request's tokens, logprobs and timing, and the rollout record.
+
+A chunk result for an unknown request, or a stale/duplicate one (wrong chunk sequence), is
+logged, counted and dropped without touching any sample. A chunk that ends in an engine
+error finishes its sample with finish reason "error", keeping the tokens already made.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from actors.base import Actor, ActorContext, Handler
+from actors.scheduler.core import SchedulerCore, UnknownRequestError
+from actors.scheduler.policy import make_policy
+from actors.scheduler.records import RunBook
+from actors.scheduler.state import InstanceLoad, RequestState
+from transport.messages import (
+    ChunkAssigned,
+    ChunkFinished,
+    EndRollout,
+    EstimateUpdated,
+    GetLoad,
+    LoadInfo,
+    LoadReport,
+    Message,
+    RequestFinished,
+    RequestsAdded,
+    RequestSpec,
+    RolloutFailed,
+    RolloutFinished,
+    WeightsPublished,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerOptions:
+    policy: str = "context_aware"
+    num_generators: int = 2
+    chunk_size: int = 64
+    max_running_per_instance: int = 32
+    kv_high_watermark: float = 0.9
+    affinity_spread: int = 4
+    starvation_s: float = 60.0
+
+
+@dataclass
+class Rollout:
+    rollout_id: str
+    core: SchedulerCore
+    book: RunBook
+    policy: str
+    dispatched: dict[tuple[str, int], float] = field(default_factory=dict)
+
+
+class SchedulerActor(Actor):
+    role = "scheduler"
+    Options = SchedulerOptions
+
+    def __init__(self, ctx: ActorContext) -> None:
+        super().__init__(ctx)
+        self.opts: SchedulerOptions = ctx.options or SchedulerOptions()
+        self.weight_version = 0
+        self.current: Rollout | None = None
+        self.num_unknown_results = 0
+
+    def handlers(self) -> Mapping[type[Message], Handler]:
+        return {
+            RequestsAdded: self.handle_requests_added,
+            ChunkFinished: self.handle_chunk_finished,
+            EstimateUpdated: self.handle_estimate_updated,
+            WeightsPublished: self.handle_weights_published,
+        }
+
+    def counters(self) -> dict[str, float]:
+        out: dict[str, float] = {"unknown_results": self.num_unknown_results}
+        if self.current is not None:
+            out.update({k: float(v) for k, v in self.current.core.counters.items()})
+        return out
+
+    async def handle_weights_published(self, msg: WeightsPublished) -> None:
+        self.weight_version = msg.version
+
+    async def handle_requests_added(self, msg: RequestsAdded) -> None:
+        if self.current is not None:
+            reason = f"rollout {self.current.rollout_id} still running"
+            await self.send_to("driver", 0, RolloutFailed(rollout_id=msg.rollout_id, reason=reason))
+            return
+        try:
+            await self._start(msg)
+        except Exception as exc:  # the driver must hear of it rather than wait forever
+            self.current = None
+            reason = f"{type(exc).__name__}: {exc}"
+            await self.send_to("driver", 0, RolloutFailed(rollout_id=msg.rollout_id, reason=reason))
+            raise
+
+    async def _start(self, msg: RequestsAdded) -> None:
+        name = msg.policy or self.opts.policy
+        limit = max(r.sampling.max_new_tokens for r in msg.requests)
+        true_lengths = {r.request_id: r.forced_len or limit for r in msg.requests}
+        policy = make_policy(
+            name,
+            num_instances=self.opts.num_generators,
+            max_new_tokens=limit,
+            true_lengths=true_lengths if name == "oracle" else None,
+            starvation_s=self.opts.starvation_s,
+        )
+        core = SchedulerCore(
+            policy,
+            self.opts.num_generators,
+            chunk_size=self.opts.chunk_size,
+            max_running_per_instance=self.opts.max_running_per_instance,
+            kv_high_watermark=self.opts.kv_high_watermark,
+            affinity_spread=self.opts.affinity_spread,
+        )
+        start_loads = [await self._load(i) for i in range(self.opts.num_generators)]
+        book = RunBook(msg.rollout_id, name, msg.requests, start_loads, time.time())
+        self.current = Rollout(msg.rollout_id, core, book, name)
+        for load in start_loads:
+            core.update_load(_instance_load(load))
+        core.add([_state(r, i) for i, r in enumerate(msg.requests)], 0.0)
+        self.log.info(
+            "rollout_started", rollout=msg.rollout_id, policy=name, requests=len(msg.requests)
+        )
+        await self._send_chunks()
+
+    async def handle_estimate_updated(self, msg: EstimateUpdated) -> None:
+        if self.current is None or msg.rollout_id != self.current.rollout_id:
+            return
+        self.current.core.update_estimate(msg.group_id, msg.estimate)
+        await self._send_chunks()
+
+    async def handle_chunk_finished(self, msg: ChunkFinished) -> None:
+        run = self.current
+        if run is None or msg.rollout_id != run.rollout_id:
+            self.num_unknown_results += 1
+            self.log.warning("chunk_result_unknown", request=msg.request_id, rollout=msg.rollout_id)
+            return
+        now = time.time() - run.book.start
+        finished = msg.finish_reason != "chunk"
+        try:
+            verdict = run.core.on_chunk_finished(
+                msg.request_id, msg.instance, msg.chunk_seq, len(msg.token_ids), finished, now
+            )
+        except UnknownRequestError:
+            self.num_unknown_results += 1
+            self.log.warning("chunk_result_unknown", request=msg.request_id)
+            return
+        if verdict == "stale":
+            self.log.warning("chunk_result_stale", request=msg.request_id, seq=msg.chunk_seq)
+            return
+        run.core.update_load(_instance_load(msg.load))
+        dispatched = run.dispatched.pop((msg.request_id, msg.chunk_seq), 0.0)
+        run.book.add_chunk(msg, dispatched)
+        if msg.error:
+            self.log.warning("chunk_failed", request=msg.request_id, error=msg.error)
+        if finished:
+            spec = run.book.specs[msg.request_id]
+            output_len = len(run.book.tokens[msg.request_id])
+            done = RequestFinished(
+                rollout_id=run.rollout_id,
+                group_id=spec.group_id,
+                request_id=spec.request_id,
+                output_len=output_len,
+                context_len=len(spec.prompt_ids) + output_len,
+            )
+            await self.send_to("estimator", 0, done)
+        if run.core.is_done:
+            await self._finish(run, msg)
+        else:
+            await self._send_chunks()
+
+    async def _send_chunks(self) -> None:
+        run = self.current
+        if run is None:
+            return
+        now = time.time() - run.book.start
+        for d in run.core.next_dispatches(now):
+            spec = run.book.specs[d.request_id]
+            total = spec.forced_len or spec.sampling.max_new_tokens
+            run.dispatched[(d.request_id, d.chunk_seq)] = now
+            await self.send_to(
+                "generator",
+                d.instance,
+                ChunkAssigned(
+                    rollout_id=run.rollout_id,
+                    request_id=d.request_id,
+                    chunk_seq=d.chunk_seq,
+                    prompt_ids=spec.prompt_ids,
+                    generated_ids=tuple(run.book.tokens[d.request_id]),
+                    max_tokens=d.max_tokens,
+                    total_limit=total,
+                    sampling=spec.sampling,
+                    weight_version=self.weight_version,
+                ),
+            )
+
+    async def _finish(self, run: Rollout, last: ChunkFinished) -> None:
+        self.current = None
+        end_loads = [await self._load(i) for i in range(self.opts.num_generators)]
+        record = run.book.record(end_loads)
+        samples = run.book.samples()
+        for i in range(self.opts.num_generators):
+            ids = tuple(run.book.specs)
+            await self.send_to(
+                "generator", i, EndRollout(rollout_id=run.rollout_id, request_ids=ids)
+            )
+        self.log.info(
+            "rollout_finished",
+            rollout=run.rollout_id,
+            policy=run.policy,
+            makespan_s=round(record["makespan_s"], 3),
+        )
+        await self.send_to(
+            "driver",
+            0,
+            RolloutFinished(
+                rollout_id=run.rollout_id, samples=samples, record_json=json.dumps(record)
+            ),
+        )
+
+    async def _load(self, instance: int) -> LoadReport:
+        reply = await self.call("generator", instance, GetLoad(), timeout=30)
+        assert isinstance(reply, LoadReport)
+        return reply
+
+
+def _instance_load(report: LoadReport | LoadInfo) -> InstanceLoad:
+    load = report.load if isinstance(report, LoadReport) else report
+    return InstanceLoad(
+        index=load.instance,
+        num_running=load.num_running + load.num_waiting,
+        kv_used=load.kv_used,
+        kv_total=load.kv_total,
+        max_running=load.max_running,
+    )
+
+
+def _state(spec: RequestSpec, arrival: int) -> RequestState:
+    """The scheduler's view of a request: the generation limit, never a forced length."""
+    return RequestState(
+        request_id=spec.request_id,
+        group_id=spec.group_id,
+        is_probe=spec.is_probe,
+        prompt_len=len(spec.prompt_ids),
+        max_new_tokens=spec.sampling.max_new_tokens,
+        arrival=arrival,
+    )

@@ -1,0 +1,286 @@
+"""SchedulerCore: the request buffer and the dispatch decisions, synchronous and pure.
+
+Consumes: requests (``add``), generator telemetry (``update_load``), group length estimates
+(``update_estimate``), chunk results (``on_chunk_finished``) and generator failures
+(``requeue_instance``). Emits: ``Dispatch`` decisions from ``next_dispatches(now)`` -- as
+many as capacity allows, in the policy's order, each placed by ``select_instance``.
+
+Guarantees:
+- A request is dispatched only from the waiting buffer, so never twice at once; a result is
+  accepted only for the request's current chunk (same ``chunk_seq`` and instance, still
+  running); anything else is "stale": ignored and counted. Unknown ids raise
+  ``UnknownRequestError``. Progress is committed per finished chunk, so a generator failure
+  loses only the uncommitted chunk.
+- Capacity (policies with ``bounded_by_capacity``): at most ``max_running_per_instance``
+  in-flight chunks per instance, and projected KV (last telemetry + prompt + generated +
+  max_tokens of each chunk dispatched since) under ``kv_high_watermark * kv_total`` -- except
+  that an idle instance always takes one chunk, so the rollout cannot stall on KV.
+- Chunks: ``min(chunk_size, remaining)`` for chunked policies, all of ``remaining`` otherwise.
+- Requests a policy cannot place now are skipped, not waited on (work-conserving), so pinned
+  or KV-heavy requests never block others.
+
+It does not talk to generators, keep time, or retry: the actor shell does that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from actors.scheduler.placement import select_instance
+from actors.scheduler.policy import Policy
+from actors.scheduler.state import (
+    Dispatch,
+    InstanceLoad,
+    ProjectedLoad,
+    RequestState,
+    UnknownRequestError,
+)
+
+__all__ = ["COUNTER_NAMES", "SchedulerCore", "UnknownRequestError"]
+
+COUNTER_NAMES = ("dispatches", "chunks_moved", "stale_results", "starvation_picks")
+
+
+def _require(ok: bool, rule: str, value: object) -> None:
+    if not ok:
+        raise ValueError(f"SchedulerCore needs {rule}, got {value!r}")
+
+
+@dataclass(slots=True)
+class _Flight:
+    instance: int
+    max_tokens: int
+    kv_need: int
+    pending: bool = True  # dispatched after the instance's last telemetry
+
+
+class SchedulerCore:
+    def __init__(
+        self,
+        policy: Policy,
+        num_instances: int,
+        *,
+        chunk_size: int,
+        max_running_per_instance: int,
+        kv_high_watermark: float = 0.9,
+        affinity_spread: int = 4,
+    ) -> None:
+        _require(num_instances >= 1, "num_instances >= 1", num_instances)
+        _require(chunk_size >= 1, "chunk_size >= 1", chunk_size)
+        _require(
+            max_running_per_instance >= 1, "max_running_per_instance >= 1", max_running_per_instance
+        )
+        _require(0.0 < kv_high_watermark <= 1.0, "0 < kv_high_watermark <= 1", kv_high_watermark)
+        _require(affinity_spread >= 0, "affinity_spread >= 0", affinity_spread)
+        self.policy = policy
+        self.num_instances = num_instances
+        self.chunk_size = chunk_size
+        self.max_running_per_instance = max_running_per_instance
+        self.kv_high_watermark = kv_high_watermark
+        self.affinity_spread = affinity_spread
+        self.counters: dict[str, int] = dict.fromkeys(COUNTER_NAMES, 0)
+        self._requests: dict[str, RequestState] = {}
+        self._waiting: dict[str, RequestState] = {}
+        self._flights: dict[str, _Flight] = {}
+        self._running_on: list[set[str]] = [set() for _ in range(num_instances)]
+        self._loads = [
+            ProjectedLoad(index=i, max_running=max_running_per_instance)
+            for i in range(num_instances)
+        ]
+        self._down: set[int] = set()
+        self._num_finished = 0
+
+    def add(self, requests: Sequence[RequestState], now: float) -> None:
+        """New requests enter the waiting buffer (duplicate ids raise ``ValueError``)."""
+        seen: set[str] = set()
+        for r in requests:
+            if r.request_id in self._requests or r.request_id in seen:
+                raise ValueError(f"duplicate request id {r.request_id!r}")
+            seen.add(r.request_id)
+            if r.status != "waiting" or not 0 <= r.generated < r.max_new_tokens:
+                raise ValueError(
+                    f"request {r.request_id!r} must be waiting with 0 <= generated < "
+                    f"max_new_tokens, got {r.status}, {r.generated}/{r.max_new_tokens}"
+                )
+        ordered = sorted(requests, key=lambda r: r.arrival)
+        for r in ordered:  # first, so that a policy refusing a request leaves the core as is
+            self.policy.add(r)
+        for r in ordered:
+            r.enqueued_at, r.instance = now, None
+            self._requests[r.request_id] = r
+            self._waiting[r.request_id] = r
+
+    def update_load(self, load: InstanceLoad) -> None:
+        """Fresh telemetry replaces the projection; it also marks the instance as up."""
+        proj = self._loads[self._check_instance(load.index)]
+        proj.kv_used, proj.kv_total = load.kv_used, load.kv_total
+        for rid in self._running_on[load.index]:
+            self._flights[rid].pending = False
+        self._down.discard(load.index)
+
+    def update_estimate(self, group_id: str, estimate: int) -> None:
+        self.policy.update_estimate(group_id, estimate)
+
+    def on_chunk_finished(
+        self,
+        request_id: str,
+        instance: int,
+        chunk_seq: int,
+        num_new_tokens: int,
+        finished: bool,
+        now: float,
+    ) -> Literal["ok", "stale"]:
+        """Commit a chunk's progress; a request not finished goes back to waiting."""
+        req = self.request(request_id)
+        flight = self._flights.get(request_id)
+        if (
+            flight is None
+            or req.status != "running"
+            or req.chunk_seq != chunk_seq
+            or req.instance != instance
+        ):
+            self.counters["stale_results"] += 1
+            return "stale"
+        if not 0 <= num_new_tokens <= flight.max_tokens:
+            raise ValueError(
+                f"chunk of {request_id!r} reports {num_new_tokens} new tokens, "
+                f"allowed 0..{flight.max_tokens}"
+            )
+        self._land(request_id)
+        req.generated += num_new_tokens
+        req.instance = None
+        if finished or req.generated >= req.max_new_tokens:
+            req.status, req.kv_instance = "finished", None
+            self._num_finished += 1
+        else:
+            self._to_waiting(req, now, kv_instance=instance)
+        return "ok"
+
+    def requeue_instance(self, instance: int, now: float, *, mark_down: bool = False) -> list[str]:
+        """A generator died: its running requests return to waiting, its KV is gone.
+
+        Returns the ids re-queued (they resume from their last committed progress).
+        ``mark_down`` also stops dispatching to it until its next ``update_load``.
+        """
+        self._check_instance(instance)
+        ids = sorted(self._running_on[instance], key=lambda rid: self._requests[rid].arrival)
+        for rid in ids:
+            self._land(rid)
+            self._to_waiting(self._requests[rid], now, kv_instance=None)
+        for req in self._waiting.values():
+            if req.kv_instance == instance:
+                req.kv_instance = None
+        proj = self._loads[instance]
+        proj.num_running, proj.kv_used = 0, 0
+        if mark_down:
+            self._down.add(instance)
+        return ids
+
+    def next_dispatches(self, now: float) -> list[Dispatch]:
+        """Dispatch waiting requests in the policy's order while capacity allows."""
+        out: list[Dispatch] = []
+        if not self._waiting:
+            return out
+        bounded = self.policy.bounded_by_capacity
+        for req in list(self.policy.order(list(self._waiting.values()), now)):
+            if bounded and not self._has_free_slot():
+                break
+            if self._waiting.get(req.request_id) is not req:
+                continue  # defensive: a policy may only return waiting requests
+            max_tokens = (
+                min(self.chunk_size, req.remaining) if self.policy.chunked else req.remaining
+            )
+            kv_need = req.prompt_len + req.generated + max_tokens
+            instance = self._place(req, kv_need, bounded)
+            if instance is not None:
+                out.append(self._dispatch(req, instance, max_tokens, kv_need, now))
+        return out
+
+    def _place(self, req: RequestState, kv_need: int, bounded: bool) -> int | None:
+        candidates = [p for p in self._loads if p.index not in self._down]
+        pin = self.policy.pin(req)
+        if pin is not None and pin not in self._down:
+            candidates = [self._loads[self._check_instance(pin)]]
+        return select_instance(
+            req,
+            candidates,
+            self.affinity_spread,
+            kv_need=kv_need,
+            kv_high_watermark=self.kv_high_watermark,
+            check_capacity=bounded,
+        )
+
+    def _dispatch(
+        self, req: RequestState, instance: int, max_tokens: int, kv_need: int, now: float
+    ) -> Dispatch:
+        if self.policy.is_starved(req, now):
+            self.counters["starvation_picks"] += 1
+        if req.kv_instance is not None and req.kv_instance != instance:
+            self.counters["chunks_moved"] += 1
+        self.counters["dispatches"] += 1
+        del self._waiting[req.request_id]
+        self.policy.remove(req)
+        req.status, req.instance = "running", instance
+        req.chunk_seq += 1
+        self._flights[req.request_id] = _Flight(instance, max_tokens, kv_need)
+        self._running_on[instance].add(req.request_id)
+        proj = self._loads[instance]
+        proj.num_running += 1
+        proj.kv_used += kv_need
+        return Dispatch(
+            request_id=req.request_id,
+            instance=instance,
+            max_tokens=max_tokens,
+            chunk_seq=req.chunk_seq,
+        )
+
+    def _land(self, request_id: str) -> None:
+        flight = self._flights.pop(request_id)
+        self._running_on[flight.instance].discard(request_id)
+        proj = self._loads[flight.instance]
+        proj.num_running -= 1
+        if flight.pending:
+            proj.kv_used -= flight.kv_need
+
+    def _to_waiting(self, req: RequestState, now: float, *, kv_instance: int | None) -> None:
+        req.status, req.instance, req.kv_instance = "waiting", None, kv_instance
+        req.enqueued_at = now
+        self._waiting[req.request_id] = req
+        self.policy.requeue(req)
+
+    def _has_free_slot(self) -> bool:
+        return any(p.num_running < p.max_running for p in self._loads if p.index not in self._down)
+
+    def _check_instance(self, instance: int) -> int:
+        if not 0 <= instance < self.num_instances:
+            raise ValueError(f"instance {instance} out of range 0..{self.num_instances - 1}")
+        return instance
+
+    def request(self, request_id: str) -> RequestState:
+        try:
+            return self._requests[request_id]
+        except KeyError:
+            raise UnknownRequestError(request_id) from None
+
+    def projected_load(self, instance: int) -> ProjectedLoad:
+        """A copy of the core's current view of ``instance``."""
+        return replace(self._loads[self._check_instance(instance)])
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self._flights)
+
+    @property
+    def num_finished(self) -> int:
+        return self._num_finished
+
+    @property
+    def is_done(self) -> bool:
+        """All added requests finished."""
+        return self._num_finished == len(self._requests)

@@ -1,0 +1,177 @@
+"""Scheduling policies: in which order waiting requests are served, and where they may run.
+
+A policy is a pure object the ``SchedulerCore`` consults (and the cluster simulator reuses):
+it never mutates requests and never sees sockets or clocks other than the ``now`` it is
+given. The core calls ``add`` when a request enters the system, ``remove`` when it leaves the
+waiting buffer (picked for a chunk; a finished request is never waiting), ``requeue`` when
+it comes back after a chunk or a generator failure, and ``update_estimate`` with a group's
+length estimate. ``order`` ranks the waiting requests (most preferred first); ``pin`` may
+force an instance. ``chunked`` says whether requests run in chunks of ``chunk_size`` or to
+completion; ``bounded_by_capacity`` whether the core enforces slot and KV limits.
+
+- ``GroupRoundRobin``: the veRL baseline. Whole groups pinned round-robin by first arrival,
+  FIFO, run to completion, no capacity limits (the engine queues and preempts).
+- ``Divided``: Seer's divided rollout alone: chunks, FIFO by re-entry time.
+- ``ContextAware``: Seer's Algorithm 2 -- probes first (fewest generated first), then the
+  rest by descending group estimate; requests waiting past ``starvation_s`` go first.
+- ``Oracle``: longest true remaining length first (true lengths given; comparison only).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+
+from actors.scheduler.state import RequestState
+
+__all__ = [
+    "POLICY_NAMES",
+    "ContextAware",
+    "Divided",
+    "GroupRoundRobin",
+    "Oracle",
+    "Policy",
+    "make_policy",
+]
+
+
+def _fifo_key(req: RequestState) -> tuple[float, int]:
+    return (req.enqueued_at, req.arrival)
+
+
+class Policy(ABC):
+    """Ranks waiting requests; optionally pins them to an instance."""
+
+    name: str = "policy"
+    chunked: bool = True
+    bounded_by_capacity: bool = True
+
+    def add(self, req: RequestState) -> None:  # noqa: B027 (an optional hook)
+        """``req`` entered the system (it is waiting)."""
+
+    def remove(self, req: RequestState) -> None:  # noqa: B027 (an optional hook)
+        """``req`` left the waiting buffer (picked for a chunk)."""
+
+    def requeue(self, req: RequestState) -> None:  # noqa: B027 (an optional hook)
+        """``req`` is back in the waiting buffer (after a chunk or a generator failure)."""
+
+    def update_estimate(self, group_id: str, estimate: int) -> None:  # noqa: B027 (an optional hook)
+        """A new output-length estimate for ``group_id`` (ignored unless the policy uses it)."""
+
+    @abstractmethod
+    def order(self, waiting: Sequence[RequestState], now: float) -> Iterable[RequestState]:
+        """The waiting requests, most preferred first."""
+
+    def pin(self, req: RequestState) -> int | None:
+        """An instance ``req`` must run on, or None to let placement choose."""
+        return None
+
+    def is_starved(self, req: RequestState, now: float) -> bool:
+        """Whether picking ``req`` now is an anti-starvation pick (for counters only)."""
+        return False
+
+
+class GroupRoundRobin(Policy):
+    name = "baseline"
+    chunked = False
+    bounded_by_capacity = False
+
+    def __init__(self, num_instances: int) -> None:
+        if num_instances < 1:
+            raise ValueError(f"num_instances must be >= 1, got {num_instances}")
+        self.num_instances = num_instances
+        self._group_instance: dict[str, int] = {}
+
+    def add(self, req: RequestState) -> None:
+        if req.group_id not in self._group_instance:
+            self._group_instance[req.group_id] = len(self._group_instance) % self.num_instances
+
+    def order(self, waiting: Sequence[RequestState], now: float) -> Iterable[RequestState]:
+        return sorted(waiting, key=lambda r: (r.arrival, r.enqueued_at))
+
+    def pin(self, req: RequestState) -> int | None:
+        return self._group_instance.get(req.group_id)
+
+
+class Divided(Policy):
+    name = "divided"
+
+    def order(self, waiting: Sequence[RequestState], now: float) -> Iterable[RequestState]:
+        return sorted(waiting, key=_fifo_key)
+
+
+class ContextAware(Policy):
+    name = "context_aware"
+
+    def __init__(self, max_new_tokens: int, starvation_s: float = 5.0) -> None:
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if starvation_s <= 0:
+            raise ValueError(f"starvation_s must be > 0, got {starvation_s}")
+        self.max_new_tokens = max_new_tokens
+        self.starvation_s = starvation_s
+        self._estimates: dict[str, int] = {}
+
+    def update_estimate(self, group_id: str, estimate: int) -> None:
+        self._estimates[group_id] = estimate
+
+    def estimate(self, group_id: str) -> int:
+        """L[g]: the longest finished sibling, or the generation limit before any finished."""
+        return self._estimates.get(group_id, self.max_new_tokens)
+
+    def is_starved(self, req: RequestState, now: float) -> bool:
+        return now - req.enqueued_at > self.starvation_s
+
+    def order(self, waiting: Sequence[RequestState], now: float) -> Iterable[RequestState]:
+        starved = sorted((r for r in waiting if self.is_starved(r, now)), key=_fifo_key)
+        fresh = [r for r in waiting if not self.is_starved(r, now)]
+        probes = sorted(
+            (r for r in fresh if r.is_probe), key=lambda r: (r.generated, *_fifo_key(r))
+        )
+        rest = sorted(
+            (r for r in fresh if not r.is_probe),
+            key=lambda r: (-self.estimate(r.group_id), *_fifo_key(r)),
+        )
+        return [*starved, *probes, *rest]
+
+
+class Oracle(Policy):
+    name = "oracle"
+
+    def __init__(self, true_lengths: Mapping[str, int]) -> None:
+        self.true_lengths = dict(true_lengths)
+
+    def add(self, req: RequestState) -> None:
+        if req.request_id not in self.true_lengths:
+            raise KeyError(f"Oracle policy has no true length for request {req.request_id!r}")
+
+    def order(self, waiting: Sequence[RequestState], now: float) -> Iterable[RequestState]:
+        return sorted(
+            waiting,
+            key=lambda r: (r.generated - self.true_lengths[r.request_id], *_fifo_key(r)),
+        )
+
+
+POLICY_NAMES = ("baseline", "divided", "context_aware", "oracle")
+
+
+def make_policy(
+    name: str,
+    *,
+    num_instances: int,
+    max_new_tokens: int,
+    true_lengths: Mapping[str, int] | None = None,
+    starvation_s: float = 5.0,
+) -> Policy:
+    """A policy by its name: one of ``POLICY_NAMES``."""
+    if name == "baseline":
+        return GroupRoundRobin(num_instances)
+    if name == "divided":
+        return Divided()
+    if name == "context_aware":
+        return ContextAware(max_new_tokens, starvation_s)
+    if name == "oracle":
+        if true_lengths is None:
+            raise ValueError("the 'oracle' policy needs true_lengths")
+        return Oracle(true_lengths)
+    raise ValueError(f"unknown policy {name!r}; valid names: {', '.join(POLICY_NAMES)}")

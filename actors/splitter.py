@@ -1,0 +1,84 @@
+"""RequestSplitter: a prompt batch becomes groups of single-sample requests.
+
+Consumes `PromptBatch` (driver). Emits `GroupsOpened` to the length estimator first, then
+one `RequestsAdded` with every request to the scheduler. Each prompt becomes a group of
+`group_size` requests, one engine request per sample (never `n > 1`); sample 0 of every
+group is its probe. Request ids end with ";" so that no id is a prefix of another (SGLang
+matches aborts by prefix). A per-sample seed is derived from the batch seed, so a sample
+draws the same tokens whichever instance runs it. Bad batches are refused with a
+`ValueError` (the caller of a `call` gets it as a `RemoteError`) and nothing is emitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from actors.base import Actor, Handler
+from transport.messages import (
+    GroupInfo,
+    GroupsOpened,
+    Message,
+    PromptBatch,
+    RequestsAdded,
+    RequestSpec,
+)
+
+
+def split(batch: PromptBatch) -> tuple[tuple[GroupInfo, ...], tuple[RequestSpec, ...]]:
+    """The groups and requests of `batch` (pure; raises ValueError for a bad batch)."""
+    if batch.group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {batch.group_size}")
+    if batch.sampling.max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {batch.sampling.max_new_tokens}")
+    if len({p.prompt_id for p in batch.prompts}) != len(batch.prompts):
+        raise ValueError("prompt ids must be unique within a batch")
+    groups, requests = [], []
+    for g, prompt in enumerate(batch.prompts):
+        if not prompt.token_ids:
+            raise ValueError(f"prompt {prompt.prompt_id!r} is empty")
+        if prompt.forced_lens and len(prompt.forced_lens) != batch.group_size:
+            raise ValueError(f"prompt {prompt.prompt_id!r}: one forced length per sample")
+        group_id = f"{batch.rollout_id}:g{g}"
+        groups.append(
+            GroupInfo(group_id=group_id, prompt_id=prompt.prompt_id, size=batch.group_size)
+        )
+        for i in range(batch.group_size):
+            seed = batch.sampling.seed
+            sampling = (
+                batch.sampling
+                if seed is None
+                else replace(batch.sampling, seed=(seed * 1_000_003 + g * 1_009 + i) % 2**63)
+            )
+            requests.append(
+                RequestSpec(
+                    request_id=f"{group_id}:s{i};",
+                    group_id=group_id,
+                    prompt_id=prompt.prompt_id,
+                    index=i,
+                    is_probe=i == 0,
+                    prompt_ids=prompt.token_ids,
+                    sampling=sampling,
+                    forced_len=prompt.forced_lens[i] if prompt.forced_lens else 0,
+                )
+            )
+    return tuple(groups), tuple(requests)
+
+
+class RequestSplitter(Actor):
+    role = "splitter"
+
+    def handlers(self) -> Mapping[type[Message], Handler]:
+        return {PromptBatch: self.handle_prompt_batch}
+
+    async def handle_prompt_batch(self, msg: PromptBatch) -> None:
+        groups, requests = split(msg)
+        opened = GroupsOpened(
+            rollout_id=msg.rollout_id, groups=groups, generation_limit=msg.sampling.max_new_tokens
+        )
+        await self.send_to("estimator", 0, opened)
+        added = RequestsAdded(rollout_id=msg.rollout_id, requests=requests, policy=msg.policy)
+        await self.send_to("scheduler", 0, added)
+        self.log.info(
+            "batch_split", rollout=msg.rollout_id, groups=len(groups), requests=len(requests)
+        )

@@ -1,0 +1,193 @@
+"""`seer bench rollout`: one workload under every scheduling policy, side by side.
+
+The workload (pipeline.rollout.workload) has the shape of RL rollouts: long-tailed,
+group-correlated output lengths, generated with ignore_eos up to per-sample targets that
+only the engine and the oracle see. One topology (splitter, estimator, scheduler, 2
+generator processes with a small KV budget) runs `baseline`, `divided`, `context_aware`
+and `oracle` on the same prompts, seeds and model, one after the other. Before that, the
+same model runs in this process to measure the per-token costs the lower bound needs:
+the full-batch cost (steps with every slot decoding) and the longest request alone.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+from rich.console import Console
+from rich.table import Table
+
+from actors.generator import ChunkRequest, SamplingParams
+from actors.generator.actor import GeneratorOptions, build_engine
+from pipeline.rollout.api import Rollout, rollout_config
+from pipeline.rollout.metrics import compute_metrics
+from pipeline.rollout.plot import plot_timeline
+from pipeline.rollout.records import RolloutRecord
+from pipeline.rollout.trace import load_trace, save_trace
+from pipeline.rollout.workload import Workload, describe, make_workload, workload_from_trace
+from transport.messages import PromptSpec, SamplingSpec
+
+POLICIES = ("baseline", "divided", "context_aware", "oracle")
+
+
+def bench_generator(quick: bool) -> dict[str, Any]:
+    return {
+        "hidden": 128,
+        "num_layers": 4,
+        "num_heads": 4,
+        "num_kv_heads": 4,
+        "intermediate": 344,
+        "max_context": 1024,
+        "max_batch": 16 if quick else 32,
+        "kv_budget_tokens": 2048 if quick else 6144,
+        "num_threads": 1,
+    }
+
+
+def measure_costs(workload: Workload, gen: dict[str, Any]) -> dict[str, float]:
+    """Per-token cost at a full batch, and the longest request's time alone, in-process."""
+    engine = build_engine(GeneratorOptions(**{**gen, "kv_budget_tokens": 1 << 20}))
+    full = engine.config.max_batch
+    greedy = SamplingParams(temperature=0.0, ignore_eos=True)
+    longest = max(((n, p) for p in workload.prompts for n in p.target_lens), key=lambda x: x[0])
+    for i in range(full):  # saturate: every slot decoding the longest length
+        engine.add(ChunkRequest(f"full{i}", longest[1].token_ids, longest[0], params=greedy))
+    busy = tokens = 0.0
+    while engine.has_work():
+        start = time.perf_counter()
+        result = engine.step()
+        if result.num_decode_rows == full and not result.num_prefill_tokens:
+            busy += time.perf_counter() - start
+            tokens += full
+    engine.add(ChunkRequest("solo", longest[1].token_ids, longest[0], params=greedy))
+    start = time.perf_counter()
+    while engine.has_work():
+        engine.step()
+    return {
+        "per_token_full_batch_s": busy / max(tokens, 1.0),
+        "longest_alone_s": time.perf_counter() - start,
+        "longest_len": longest[0],
+    }
+
+
+async def run_policies(
+    workload: Workload,
+    gen: dict[str, Any],
+    chunk_size: int,
+    policies: tuple[str, ...],
+    console: Console,
+) -> dict[str, RolloutRecord]:
+    prompts = [
+        PromptSpec(prompt_id=p.prompt_id, token_ids=p.token_ids, forced_lens=p.target_lens)
+        for p in workload.prompts
+    ]
+    sampling = SamplingSpec(
+        temperature=1.0, seed=workload.seed, ignore_eos=True, max_new_tokens=workload.max_new_tokens
+    )
+    config = rollout_config(num_generators=2, chunk_size=chunk_size, generator=gen)
+    records: dict[str, RolloutRecord] = {}
+    async with Rollout(config) as rollout:
+        await rollout.generate(
+            [p.token_ids for p in prompts[:2]], 2, SamplingSpec(max_new_tokens=8, ignore_eos=True)
+        )  # warm up both generators
+        for name in policies:
+            with console.status(f"rollout under {name}"):
+                result = await rollout.generate_with_record(
+                    prompts, workload.group_size, sampling, policy=name
+                )
+            records[name] = RolloutRecord.from_dict(result.record)
+            console.print(f"{name}: {records[name].makespan_s:.2f} s")
+    return records
+
+
+def summarize(records: dict[str, RolloutRecord], costs: dict[str, float]) -> dict[str, Any]:
+    policies: dict[str, Any] = {}
+    for name, record in records.items():
+        m = compute_metrics(record, per_token_s=costs["per_token_full_batch_s"])
+        work_bound = m["output_tokens"] * costs["per_token_full_batch_s"] / record.num_instances
+        bound = max(work_bound, costs["longest_alone_s"])
+        policies[name] = {
+            **{k: v for k, v in m.items() if k != "busy_timeline"},
+            "lower_bound_s": bound,
+            "efficiency": bound / m["makespan_s"],
+        }
+    base = policies["baseline"]["throughput_tok_s"] if "baseline" in policies else None
+    ratios = {n: p["throughput_tok_s"] / base for n, p in policies.items()} if base else {}
+    return {"policies": policies, "ratios": ratios, "costs": costs}
+
+
+def _table(summary: dict[str, Any]) -> Table:
+    table = Table(title="seer bench rollout (2 generator processes, same workload)")
+    cols = (
+        "policy",
+        "makespan s",
+        "tok/s",
+        "vs baseline",
+        "tail s",
+        "idle",
+        "preempt",
+        "re-prefill tok",
+        "moved",
+        "efficiency",
+    )
+    for c in cols:
+        table.add_column(c, justify="right")
+    for name, p in summary["policies"].items():
+        table.add_row(
+            name,
+            f"{p['makespan_s']:.2f}",
+            f"{p['throughput_tok_s']:.0f}",
+            f"{summary['ratios'].get(name, float('nan')):.2f}x",
+            f"{p['tail_s']:.2f}",
+            f"{p['idle_fraction']:.0%}",
+            str(p["preemptions"]),
+            str(p["reprefill_tokens"]),
+            str(p["chunks_moved"]),
+            f"{p['efficiency']:.2f}",
+        )
+    return table
+
+
+def run(
+    json_path: str | None = None,
+    quick: bool = False,
+    trace: str | None = None,
+    chunk_size: int = 64,
+    out_dir: str | None = None,
+) -> dict[str, Any]:
+    console = Console(width=140)
+    workload = (
+        workload_from_trace(load_trace(trace))
+        if trace
+        else make_workload(num_groups=8, group_size=4, mean_len=60, max_len=180)
+        if quick
+        else make_workload()
+    )
+    shape = describe(workload)
+    console.print(
+        f"workload: {shape['num_requests']} requests, {shape['total_tokens']} tokens, "
+        f"p50 {shape['p50']:.0f} / p99 {shape['p99']:.0f} / max {shape['max']} tokens "
+        f"(p99/p50 {shape['p99_over_p50']:.1f}, max/mean {shape['max_over_mean']:.1f})"
+    )
+    gen = bench_generator(quick)
+    costs = measure_costs(workload, gen)
+    records = anyio.run(run_policies, workload, gen, chunk_size, POLICIES, console)
+    summary = {
+        **summarize(records, costs),
+        "workload": shape,
+        "generator": gen,
+        "chunk_size": chunk_size,
+    }
+    console.print(_table(summary))
+    folder = Path(out_dir or (Path(json_path).parent if json_path else tempfile.mkdtemp()))
+    folder.mkdir(parents=True, exist_ok=True)
+    summary["timeline_png"] = str(plot_timeline(records, folder / "rollout-timeline.png"))
+    summary["trace"] = str(save_trace(records["context_aware"], folder / "rollout-trace.json"))
+    if json_path:
+        Path(json_path).write_text(json.dumps(summary, indent=2, default=float))
+        console.print(f"wrote {json_path}, {summary['timeline_png']}, {summary['trace']}")
+    return summary

@@ -1,0 +1,38 @@
+"""The rollout: records of what happened, benchmark workloads, metrics, traces and plots.
+
+Records (`records`) are what the scheduler writes during a rollout; everything else here is
+a pure function of them: `metrics` computes makespan, throughput, tail, idle time and the
+lower-bound efficiency; `trace` saves and loads replayable traces; `plot` draws timelines;
+`workload` makes the long-tailed, group-correlated benchmark workload.
+"""
+
+from pipeline.rollout.metrics import compute_metrics, save_metrics
+from pipeline.rollout.plot import plot_timeline
+from pipeline.rollout.records import ChunkRecord, InstanceCounters, RequestRecord, RolloutRecord
+from pipeline.rollout.trace import load_trace, save_trace
+from pipeline.rollout.workload import (
+    Workload,
+    WorkloadPrompt,
+    describe,
+    make_workload,
+    true_lengths,
+    workload_from_trace,
+)
+
+__all__ = [
+    "ChunkRecord",
+    "InstanceCounters",
+    "RequestRecord",
+    "RolloutRecord",
+    "Workload",
+    "WorkloadPrompt",
+    "compute_metrics",
+    "describe",
+    "load_trace",
+    "make_workload",
+    "plot_timeline",
+    "save_metrics",
+    "save_trace",
+    "true_lengths",
+    "workload_from_trace",
+]

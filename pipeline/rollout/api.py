@@ -1,0 +1,209 @@
+"""The Rollout library API: how a trainer (ours, veRL, slime, a user's loop) uses seer-rl.
+
+    async with Rollout(rollout_config(num_generators=2)) as rollout:
+        groups = await rollout.generate(prompts, group_size=8, sampling=SamplingSpec(...))
+        await rollout.update_weights(model.state_dict(), version=1)
+
+`Rollout(config)` launches the rollout actors (splitter, estimator, scheduler, generators)
+as local processes (`mode="local"`) or in this event loop (`mode="inprocess"`), and stops
+them on exit. `generate` returns one `Group` per prompt, each with `group_size` samples
+(token ids, logprobs, finish reason, weight version, timing), and refuses an off-policy
+sample: every sample must carry the version last published. `update_weights` sends the
+state dict to every generator in bounded buckets and publishes the version.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfig
+from pipeline.launch import Cluster, launch_inprocess, launch_local
+from transport.messages import (
+    PromptBatch,
+    PromptSpec,
+    RolloutFailed,
+    RolloutFinished,
+    SampleResult,
+    SamplingSpec,
+    WeightsBucket,
+    WeightsPublished,
+)
+
+
+class OffPolicyError(RuntimeError):
+    """A sample was generated with weights other than the published version."""
+
+
+class RolloutError(RuntimeError):
+    """The rollout actors could not complete a rollout."""
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    prompt_id: str
+    samples: tuple[SampleResult, ...]
+
+
+@dataclass
+class RolloutResult:
+    groups: list[Group]
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+def rollout_config(
+    *,
+    num_generators: int = 2,
+    policy: str = "context_aware",
+    chunk_size: int = 64,
+    generator: Mapping[str, Any] | None = None,
+    scheduler: Mapping[str, Any] | None = None,
+    run_id: str | None = None,
+    run_dir: str = "",
+) -> PipelineConfig:
+    """The rollout topology: splitter, estimator, scheduler and `num_generators` generators."""
+    gen_opts = dict(generator or {})
+    sched_opts = {
+        "policy": policy,
+        "num_generators": num_generators,
+        "chunk_size": chunk_size,
+        "max_running_per_instance": gen_opts.get("max_batch", 32),
+        **(scheduler or {}),
+    }
+    topology = Topology(
+        actors=(
+            ActorGroup(role="splitter", kind="splitter"),
+            ActorGroup(role="estimator", kind="estimator"),
+            ActorGroup(role="scheduler", kind="scheduler", options=sched_opts),
+            ActorGroup(role="generator", kind="generator", count=num_generators, options=gen_opts),
+        )
+    )
+    extra: dict[str, Any] = {} if run_id is None else {"run_id": run_id}
+    return PipelineConfig(topology=topology, transport=TransportConfig(run_dir=run_dir), **extra)
+
+
+class Rollout:
+    """Launch (and stop) the rollout actors; generate groups; publish weights."""
+
+    def __init__(
+        self,
+        config: PipelineConfig,
+        *,
+        mode: Literal["local", "inprocess"] = "local",
+        bucket_bytes: int = 16 << 20,
+        timeout_s: float = 3600.0,
+    ) -> None:
+        self.config = config
+        self.mode = mode
+        self.bucket_bytes = bucket_bytes
+        self.timeout_s = timeout_s
+        self.weight_version = 0
+        self.cluster: Cluster | None = None
+        self._ids = itertools.count()
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> Rollout:
+        launch = launch_local if self.mode == "local" else launch_inprocess
+        self.cluster = await self._stack.enter_async_context(launch(self.config))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.cluster = None
+        await self._stack.aclose()
+
+    def _cluster(self) -> Cluster:
+        if self.cluster is None:
+            raise RuntimeError("use `async with Rollout(...)` first")
+        return self.cluster
+
+    async def generate(
+        self,
+        prompts: Sequence[Sequence[int] | PromptSpec],
+        group_size: int,
+        sampling: SamplingSpec | None = None,
+        *,
+        policy: str = "",
+    ) -> list[Group]:
+        """One group of `group_size` samples per prompt, in prompt order."""
+        return (
+            await self.generate_with_record(prompts, group_size, sampling, policy=policy)
+        ).groups
+
+    async def generate_with_record(
+        self,
+        prompts: Sequence[Sequence[int] | PromptSpec],
+        group_size: int,
+        sampling: SamplingSpec | None = None,
+        *,
+        policy: str = "",
+    ) -> RolloutResult:
+        cluster = self._cluster()
+        rollout_id = f"r{next(self._ids)}"
+        specs = tuple(
+            p
+            if isinstance(p, PromptSpec)
+            else PromptSpec(prompt_id=f"p{i}", token_ids=tuple(int(t) for t in p))
+            for i, p in enumerate(prompts)
+        )
+        batch = PromptBatch(
+            rollout_id=rollout_id,
+            prompts=specs,
+            group_size=group_size,
+            sampling=sampling or SamplingSpec(),
+            policy=policy,
+        )
+        await cluster.call("splitter", 0, batch, timeout=30)
+        while True:
+            msg = await cluster.recv(timeout=self.timeout_s)
+            if isinstance(msg, RolloutFailed) and msg.rollout_id == rollout_id:
+                raise RolloutError(msg.reason)
+            if isinstance(msg, RolloutFinished) and msg.rollout_id == rollout_id:
+                break
+        return RolloutResult(self._groups(specs, msg.samples), json.loads(msg.record_json))
+
+    def _groups(self, specs: Sequence[PromptSpec], samples: Sequence[SampleResult]) -> list[Group]:
+        stale = [s.request_id for s in samples if s.weight_version != self.weight_version]
+        if stale:
+            raise OffPolicyError(
+                f"{len(stale)} samples not generated with weight version "
+                f"{self.weight_version} (e.g. {stale[0]})"
+            )
+        by_prompt: dict[str, list[SampleResult]] = {}
+        for s in samples:
+            by_prompt.setdefault(s.prompt_id, []).append(s)
+        return [
+            Group(p.prompt_id, tuple(sorted(by_prompt[p.prompt_id], key=lambda s: s.index)))
+            for p in specs
+        ]
+
+    async def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
+        """Send `state_dict` to every generator in buckets; each swaps at its next idle point."""
+        cluster = self._cluster()
+        buckets = list(_buckets(state_dict, self.bucket_bytes))
+        for index in range(self.config.topology.group("generator").count):
+            for b, tensors in enumerate(buckets):
+                msg = WeightsBucket(
+                    version=version, bucket=b, tensors=tensors, is_last=b == len(buckets) - 1
+                )
+                await cluster.call("generator", index, msg, timeout=300)
+        await cluster.call("scheduler", 0, WeightsPublished(version=version), timeout=30)
+        self.weight_version = version
+
+
+def _buckets(state: Mapping[str, torch.Tensor], limit: int) -> Any:
+    bucket: dict[str, torch.Tensor] = {}
+    size = 0
+    for name, tensor in state.items():
+        t = tensor.detach().cpu().contiguous()
+        if bucket and size + t.nbytes > limit:
+            yield bucket
+            bucket, size = {}, 0
+        bucket[name] = t
+        size += t.nbytes
+    yield bucket

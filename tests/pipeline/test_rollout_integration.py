@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from actors.generator import ChunkRequest, EngineConfig, SamplingParams, TorchEngine
+from actors.generator.actor import GeneratorOptions
+from actors.model import LlamaModel
+from pipeline.rollout.api import OffPolicyError, Rollout, rollout_config
+from transport.messages import PromptSpec, SamplingSpec
+
+pytestmark = pytest.mark.anyio
+
+TINY: dict[str, Any] = {
+    "hidden": 64,
+    "num_layers": 2,
+    "num_heads": 4,
+    "num_kv_heads": 2,
+    "intermediate": 128,
+    "max_context": 256,
+    "max_batch": 8,
+    "kv_budget_tokens": 2048,
+}
+
+
+def _reference(prompt: tuple[int, ...], n: int) -> tuple[int, ...]:
+    """Greedy tokens from one engine in this process, no chunks."""
+    opts = GeneratorOptions(**TINY)
+    engine = TorchEngine(
+        LlamaModel.random(opts.model_config(), seed=0),
+        EngineConfig(max_batch=8, profile=False, num_threads=1),
+    )
+    engine.add(
+        ChunkRequest("ref", prompt, n, params=SamplingParams(temperature=0.0, ignore_eos=True))
+    )
+    while engine.has_work():
+        result = engine.step()
+        for chunk in result.finished:
+            return chunk.token_ids
+    raise AssertionError("no result")
+
+
+@pytest.mark.parametrize("policy", ["baseline", "divided", "context_aware", "oracle"])
+async def test_every_sample_once_and_greedy_equals_a_single_engine(
+    tmp_path: Path, policy: str
+) -> None:
+    config = rollout_config(
+        num_generators=2, policy=policy, chunk_size=8, generator=TINY, run_dir=str(tmp_path)
+    )
+    prompts = [
+        PromptSpec(
+            prompt_id=f"q{i}", token_ids=tuple(range(3 + i, 10 + i)), forced_lens=(12, 20, 7, 30)
+        )
+        for i in range(3)
+    ]
+    sampling = SamplingSpec(temperature=0.0, ignore_eos=True, max_new_tokens=40)
+    async with Rollout(config, mode="local") as rollout:
+        result = await rollout.generate_with_record(prompts, group_size=4, sampling=sampling)
+    ids = [s.request_id for g in result.groups for s in g.samples]
+    assert len(ids) == len(set(ids)) == 12
+    for group, prompt in zip(result.groups, prompts, strict=True):
+        assert group.prompt_id == prompt.prompt_id
+        for sample, n in zip(group.samples, prompt.forced_lens, strict=True):
+            assert len(sample.token_ids) == n == len(sample.logprobs)
+            assert sample.finish_reason == "length"
+        reference = _reference(prompt.token_ids, 30)
+        for sample in group.samples:  # greedy: every sample is a prefix of one long run
+            assert sample.token_ids == reference[: len(sample.token_ids)]
+    chunks = result.record["chunks"]
+    if policy == "baseline":
+        assert all(c["generated_before"] == 0 for c in chunks)  # run to completion
+    else:
+        assert max(c["num_new_tokens"] for c in chunks) <= 8  # divided into chunks
+
+
+async def test_weights_update_and_off_policy_refusal(tmp_path: Path) -> None:
+    config = rollout_config(num_generators=1, generator=TINY, run_dir=str(tmp_path))
+    sampling = SamplingSpec(temperature=0.0, ignore_eos=True, max_new_tokens=6)
+    async with Rollout(config, mode="inprocess") as rollout:
+        before = await rollout.generate([[5, 6, 7]], group_size=2, sampling=sampling)
+        model = LlamaModel.random(GeneratorOptions(**TINY).model_config(), seed=1)
+        await rollout.update_weights(model.state_dict(), version=3)
+        after = await rollout.generate([[5, 6, 7]], group_size=2, sampling=sampling)
+        assert {s.weight_version for s in after[0].samples} == {3}
+        assert after[0].samples[0].token_ids != before[0].samples[0].token_ids
+        rollout.weight_version = 4  # pretend the trainer published a version nobody has
+        with pytest.raises(OffPolicyError, match="weight version 4"):
+            await rollout.generate([[5, 6, 7]], group_size=2, sampling=sampling)
+
+
+def test_tensor_buckets_are_bounded() -> None:
+    from pipeline.rollout.api import _buckets
+
+    state = {f"w{i}": torch.zeros(1024) for i in range(10)}  # 4 KiB each
+    buckets = list(_buckets(state, 10_000))
+    assert [len(b) for b in buckets] == [2, 2, 2, 2, 2]
+    assert [name for b in buckets for name in b] == list(state)
