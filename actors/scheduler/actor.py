@@ -48,7 +48,7 @@ class SchedulerOptions:
     chunk_size: int = 64
     max_running_per_instance: int = 32
     kv_high_watermark: float = 0.9
-    affinity_spread: int = 4
+    affinity_spread: int = 16
     starvation_s: float = 60.0
 
 
@@ -71,6 +71,7 @@ class SchedulerActor(Actor):
         self.weight_version = 0
         self.current: Rollout | None = None
         self.num_unknown_results = 0
+        self.totals: dict[str, float] = {}  # core counters summed over finished rollouts
 
     def handlers(self) -> Mapping[type[Message], Handler]:
         return {
@@ -81,9 +82,11 @@ class SchedulerActor(Actor):
         }
 
     def counters(self) -> dict[str, float]:
-        out: dict[str, float] = {"unknown_results": self.num_unknown_results}
+        out = dict(self.totals)
         if self.current is not None:
-            out.update({k: float(v) for k, v in self.current.core.counters.items()})
+            for k, v in self.current.core.counters.items():
+                out[k] = out.get(k, 0.0) + v
+        out["unknown_results"] = self.num_unknown_results
         return out
 
     async def handle_weights_published(self, msg: WeightsPublished) -> None:
@@ -205,6 +208,8 @@ class SchedulerActor(Actor):
 
     async def _finish(self, run: Rollout, last: ChunkFinished) -> None:
         self.current = None
+        for k, v in run.core.counters.items():
+            self.totals[k] = self.totals.get(k, 0.0) + v
         end_loads = [await self._load(i) for i in range(self.opts.num_generators)]
         record = run.book.record(end_loads)
         samples = run.book.samples()

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from actors.scheduler.placement import select_instance
+from actors.scheduler.placement import need_on, select_instance
 from actors.scheduler.policy import Policy
 from actors.scheduler.state import (
     Dispatch,
@@ -85,6 +85,12 @@ class SchedulerCore:
         self._waiting: dict[str, RequestState] = {}
         self._flights: dict[str, _Flight] = {}
         self._running_on: list[set[str]] = [set() for _ in range(num_instances)]
+        # requests started and not finished whose context lives on each instance (running
+        # there or parked there): without a global KV pool this is the working set, capped
+        # at max_running_per_instance so parked KV is not evicted by newcomers
+        self._home_of: dict[str, int] = {}
+        self._homed: list[int] = [0] * num_instances
+        self._homed_kv: list[int] = [0] * num_instances  # their context tokens
         self._loads = [
             ProjectedLoad(index=i, max_running=max_running_per_instance)
             for i in range(num_instances)
@@ -150,10 +156,14 @@ class SchedulerCore:
             )
         self._land(request_id)
         req.generated += num_new_tokens
+        home = self._home_of.get(request_id)
+        if home is not None:
+            self._homed_kv[home] += num_new_tokens
         req.instance = None
         if finished or req.generated >= req.max_new_tokens:
             req.status, req.kv_instance = "finished", None
             self._num_finished += 1
+            self._set_home(request_id, None)
         else:
             self._to_waiting(req, now, kv_instance=instance)
         return "ok"
@@ -172,6 +182,9 @@ class SchedulerCore:
         for req in self._waiting.values():
             if req.kv_instance == instance:
                 req.kv_instance = None
+        for rid, home in list(self._home_of.items()):
+            if home == instance:  # its KV died with the instance
+                self._set_home(rid, None)
         proj = self._loads[instance]
         proj.num_running, proj.kv_used = 0, 0
         if mark_down:
@@ -195,22 +208,61 @@ class SchedulerCore:
             kv_need = req.prompt_len + req.generated + max_tokens
             instance = self._place(req, kv_need, bounded)
             if instance is not None:
+                kv_need = need_on(req, instance, kv_need, req.prompt_len + req.generated)
                 out.append(self._dispatch(req, instance, max_tokens, kv_need, now))
         return out
 
+    def _set_home(self, request_id: str, instance: int | None) -> None:
+        context = self._requests[request_id].prompt_len + self._requests[request_id].generated
+        old = self._home_of.pop(request_id, None)
+        if old is not None:
+            self._homed[old] -= 1
+            self._homed_kv[old] -= context
+        if instance is not None:
+            self._home_of[request_id] = instance
+            self._homed[instance] += 1
+            self._homed_kv[instance] += context
+
+    def working_set(self, instance: int) -> tuple[int, int]:
+        """(requests started and unfinished whose KV lives on `instance`, their context tokens)."""
+        return self._homed[instance], self._homed_kv[instance]
+
+    def _admits(self, load: ProjectedLoad, req: RequestState) -> bool:
+        """Can `load`'s instance take `req` into its working set? It needs a free place, and
+        the contexts it holds plus one chunk of growth for each must fit the KV watermark
+        (an empty working set always takes one request)."""
+        i = load.index
+        if self._homed[i] == 0:
+            return True
+        if self._homed[i] >= load.max_running:
+            return False
+        need = self._homed_kv[i] + req.prompt_len + req.generated
+        need += (self._homed[i] + 1) * self.chunk_size
+        return need <= self.kv_high_watermark * load.kv_total
+
     def _place(self, req: RequestState, kv_need: int, bounded: bool) -> int | None:
-        candidates = [p for p in self._loads if p.index not in self._down]
         pin = self.policy.pin(req)
-        if pin is not None and pin not in self._down:
-            candidates = [self._loads[self._check_instance(pin)]]
-        return select_instance(
-            req,
-            candidates,
-            self.affinity_spread,
-            kv_need=kv_need,
-            kv_high_watermark=self.kv_high_watermark,
-            check_capacity=bounded,
-        )
+        if not bounded or pin is not None:
+            candidates = [p for p in self._loads if p.index not in self._down]
+            if pin is not None and pin not in self._down:
+                candidates = [self._loads[self._check_instance(pin)]]
+            return select_instance(req, candidates, self.affinity_spread, check_capacity=bounded)
+        live = [p for p in self._loads if p.index not in self._down]
+        open_ = [p for p in live if p.num_running < p.max_running]
+        home = self._home_of.get(req.request_id)
+        if home is not None and home not in self._down:
+            h = self._loads[home]
+            movable = [p for p in open_ if p.index != home and self._admits(p, req)]
+            least = min(movable, key=self._load_key, default=None)
+            if least is not None and h.num_running - least.num_running > self.affinity_spread:
+                return least.index  # load imbalance past the spread: move (re-prefill)
+            return home if h.num_running < h.max_running else None  # its KV is there: wait
+        fits = [p for p in open_ if self._admits(p, req)]
+        return min(fits, key=self._load_key).index if fits else None
+
+    def _load_key(self, load: ProjectedLoad) -> tuple[int, float, int]:
+        kv_total = max(load.kv_total, 1)
+        return (load.num_running, self._homed_kv[load.index] / kv_total, load.index)
 
     def _dispatch(
         self, req: RequestState, instance: int, max_tokens: int, kv_need: int, now: float
@@ -226,6 +278,7 @@ class SchedulerCore:
         req.chunk_seq += 1
         self._flights[req.request_id] = _Flight(instance, max_tokens, kv_need)
         self._running_on[instance].add(req.request_id)
+        self._set_home(req.request_id, instance)
         proj = self._loads[instance]
         proj.num_running += 1
         proj.kv_used += kv_need

@@ -48,6 +48,12 @@ def has_capacity(load: LoadView, kv_need: int = 0, kv_high_watermark: float = 1.
     return load.kv_used + kv_need <= kv_high_watermark * load.kv_total
 
 
+def need_on(req: RequestState, instance: int, kv_need: int, kv_resident: int) -> int:
+    """KV a chunk adds on `instance`: the instance that holds the request's context (it was
+    parked there) only needs room for the new tokens."""
+    return kv_need - kv_resident if instance == req.kv_instance else kv_need
+
+
 def _load_key(load: LoadView) -> tuple[int, float, int]:
     kv_fraction = load.kv_used / load.kv_total if load.kv_total > 0 else 1.0
     return (load.num_running, kv_fraction, load.index)
@@ -61,6 +67,7 @@ def select_instance(
     kv_need: int = 0,
     kv_high_watermark: float = 1.0,
     check_capacity: bool = True,
+    kv_resident: int = 0,
 ) -> int | None:
     """The instance for ``req``'s next chunk, or None if no candidate has capacity.
 
@@ -68,15 +75,17 @@ def select_instance(
     queue and preempt on their own, like the veRL baseline).
     """
     fits = [
-        c for c in candidates if not check_capacity or has_capacity(c, kv_need, kv_high_watermark)
+        c
+        for c in candidates
+        if not check_capacity
+        or has_capacity(c, need_on(req, c.index, kv_need, kv_resident), kv_high_watermark)
     ]
     if not fits:
         return None
     least = min(fits, key=_load_key)
-    if req.kv_instance is not None:
-        for c in fits:
-            if c.index == req.kv_instance:
-                if c.num_running - least.num_running <= affinity_spread:
-                    return c.index
-                break
+    home = next((c for c in candidates if c.index == req.kv_instance), None)
+    if home is not None and home.num_running - least.num_running <= affinity_spread:
+        # stay where the KV is; if it has no room right now, wait for it rather than move
+        # and pay a re-prefill (moving is for load imbalance past the spread)
+        return home.index if home in fits else None
     return least.index

@@ -66,25 +66,24 @@ def test_last_chunk_is_clipped_to_the_generation_limit() -> None:
     assert core.is_done and core.request(d.request_id).generated == LIMIT  # limit reached
 
 
-def test_kv_watermark_limits_dispatch_and_telemetry_replaces_projection() -> None:
+def test_working_set_admission_reserves_kv_for_growth() -> None:
     core = core_for("divided", num_instances=1, max_running_per_instance=8)
     core.update_load(InstanceLoad(index=0, num_running=0, kv_used=0, kv_total=100, max_running=8))
-    core.add(group("g0", 4, 0), now=0.0)  # each chunk projects 8 + 0 + 16 = 24 tokens
-    assert len(core.next_dispatches(0.0)) == 3  # 72 <= 90 < 96
-    assert core.projected_load(0).kv_used == 72
-    core.update_load(InstanceLoad(index=0, num_running=3, kv_used=20, kv_total=100, max_running=8))
-    assert core.projected_load(0).kv_used == 20
-    [d] = core.next_dispatches(0.0)
-    assert core.projected_load(0).kv_used == 44
-    core.on_chunk_finished(d.request_id, 0, d.chunk_seq, 16, True, 1.0)
-    assert core.projected_load(0).kv_used == 20  # released: dispatched after the telemetry
+    core.add(group("g0", 4, 0), now=0.0)  # prompts of 8, chunks of 16 reserved per member
+    # members k: 8k contexts + 16k reserve <= 90  ->  k = 3
+    assert len(core.next_dispatches(0.0)) == 3
+    assert core.working_set(0) == (3, 24)
+    d = core.request("g0-0")
+    core.on_chunk_finished("g0-0", 0, d.chunk_seq, 16, False, 1.0)
+    assert core.working_set(0) == (3, 40)  # its context grew; it stays in the set
+    assert [x.request_id for x in core.next_dispatches(1.0)] == ["g0-0"]  # home, not g0-3
 
 
-def test_idle_instance_takes_one_request_over_kv_limit() -> None:
+def test_an_empty_working_set_takes_one_request_whatever_its_size() -> None:
     core = core_for("divided", num_instances=1, max_running_per_instance=8)
-    core.update_load(InstanceLoad(index=0, num_running=0, kv_used=95, kv_total=100, max_running=8))
+    core.update_load(InstanceLoad(index=0, num_running=0, kv_used=95, kv_total=10, max_running=8))
     core.add(group("g0", 2, 0), now=0.0)
-    assert len(core.next_dispatches(0.0)) == 1  # no stall on parked KV; one at a time
+    assert len(core.next_dispatches(0.0)) == 1  # no stall; one at a time
 
 
 def test_baseline_pins_groups_and_runs_to_completion_unbounded() -> None:
@@ -150,13 +149,25 @@ def test_requeue_instance() -> None:
 
 
 def test_starvation_picks_counted() -> None:
-    core = core_for("context_aware", num_instances=1, max_running_per_instance=1)
-    core.add(group("g0", 2, 0), now=0.0)
-    [d] = core.next_dispatches(0.0)
-    assert d.request_id == "g0-0"  # the probe
-    core.on_chunk_finished(d.request_id, 0, d.chunk_seq, 16, False, 10.0)
-    [d] = core.next_dispatches(10.0)  # g0-1 waited 10 s > 5 s: it goes before the probe
-    assert d.request_id == "g0-1" and core.counters["starvation_picks"] == 1
+    core = core_for("context_aware", num_instances=1, max_running_per_instance=2)
+    core.add(group("g0", 3, 0), now=0.0)
+    first = core.next_dispatches(0.0)
+    assert [d.request_id for d in first] == ["g0-0", "g0-1"]  # the probe first
+    probe, other = first
+    core.on_chunk_finished(other.request_id, 0, other.chunk_seq, 16, True, 10.0)
+    core.on_chunk_finished(probe.request_id, 0, probe.chunk_seq, 16, False, 10.0)
+    # g0-2 waited 10 s > 5 s: it goes before the probe
+    assert [d.request_id for d in core.next_dispatches(10.0)] == ["g0-2", "g0-0"]
+    assert core.counters["starvation_picks"] == 1
+
+
+def test_working_set_is_capped_per_instance() -> None:
+    core = core_for("divided", num_instances=1, max_running_per_instance=2)
+    core.add(group("g0", 3, 0), now=0.0)
+    a, _ = core.next_dispatches(0.0)
+    core.on_chunk_finished(a.request_id, 0, a.chunk_seq, 16, False, 1.0)
+    # a is parked (its KV stays on the instance): g0-2 may not start and evict it
+    assert [d.request_id for d in core.next_dispatches(1.0)] == [a.request_id]
 
 
 @dataclass
@@ -182,8 +193,8 @@ class Sim:
             load = core.projected_load(d.instance)
             if core.policy.bounded_by_capacity:
                 assert load.num_running <= core.max_running_per_instance
-                limit = core.kv_high_watermark * load.kv_total
-                assert load.num_running == 1 or load.kv_used <= limit
+                members, _ = core.working_set(load.index)
+                assert members <= load.max_running
 
     def answer(self, rid: str) -> None:
         d = self.in_flight.pop(rid)

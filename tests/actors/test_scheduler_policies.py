@@ -152,12 +152,16 @@ def test_placement_prefers_kv_instance_within_spread() -> None:
     assert select_instance(req("b"), loads, affinity_spread=4) == 0
 
 
-def test_placement_kv_instance_without_capacity_falls_back() -> None:
+def test_placement_waits_for_a_full_kv_instance_unless_the_spread_is_passed() -> None:
     r = req("a", kv_instance=1)
     loads = [load(0, 2), load(1, 8)]  # instance 1 has no free slot
-    assert select_instance(r, loads, affinity_spread=100) == 0
+    assert select_instance(r, loads, affinity_spread=100) is None  # wait: no re-prefill
+    assert select_instance(r, loads, affinity_spread=4) == 0  # imbalance: move
     loads = [load(0, 2), load(1, 2, kv_used=950)]  # instance 1's KV is full
-    assert select_instance(r, loads, affinity_spread=100, kv_need=100, kv_high_watermark=0.9) == 0
+    assert (
+        select_instance(r, loads, affinity_spread=100, kv_need=100, kv_high_watermark=0.9) is None
+    )
+    assert select_instance(req("b"), loads, 100, kv_need=100, kv_high_watermark=0.9) == 0
 
 
 def test_placement_least_loaded_tie_breaks() -> None:
@@ -180,4 +184,5 @@ def test_placement_accepts_telemetry() -> None:
         InstanceLoad(index=0, num_running=4, kv_used=10, kv_total=100, max_running=4),
         InstanceLoad(index=1, num_running=3, kv_used=10, kv_total=100, max_running=4),
     ]
-    assert select_instance(req("a", kv_instance=0), loads, affinity_spread=4) == 1
+    assert select_instance(req("a", kv_instance=0), loads, affinity_spread=4) is None
+    assert select_instance(req("a", kv_instance=0), loads, affinity_spread=0) == 1

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import torch
 
 from actors.base import Actor, ActorContext, Handler
-from transport.messages import Message, TensorBlob
+from actors.generator.actor import GeneratorActor
+from actors.generator.engine import ChunkResult
+from transport.messages import ChunkFinished, Message, TensorBlob
 
 
 class Doubler(Actor):
@@ -43,3 +46,28 @@ class BrokenStart(Actor):
 
     async def on_start(self) -> None:
         raise RuntimeError("cannot load the model file /nowhere")
+
+
+class DuplicatingGenerator(GeneratorActor):
+    """Sends every chunk result twice, and a result for a request nobody asked for."""
+
+    async def _report(self, chunk: ChunkResult, step_start: float) -> None:
+        msg = self.active[chunk.request_id][0]
+        self.active[chunk.request_id + "copy"] = self.active[chunk.request_id]
+        await super()._report(chunk, step_start)
+        await super()._report(replace(chunk, request_id=chunk.request_id + "copy"), step_start)
+        bogus = ChunkFinished(
+            rollout_id=msg.rollout_id,
+            request_id="nobody;",
+            chunk_seq=1,
+            instance=self.ctx.index,
+            token_ids=(1, 2),
+            logprobs=(0.0, 0.0),
+            finish_reason="stop",
+            weight_version=0,
+            start_time=0.0,
+            end_time=0.0,
+            cached_tokens=0,
+            load=self.load_info(),
+        )
+        await self.send_to("scheduler", 0, bogus)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ from actors.generator import ChunkRequest, EngineConfig, SamplingParams, TorchEn
 from actors.generator.actor import GeneratorOptions
 from actors.model import LlamaModel
 from pipeline.rollout.api import OffPolicyError, Rollout, rollout_config
-from transport.messages import PromptSpec, SamplingSpec
+from transport.messages import ActorStats, GetStats, PromptSpec, SamplingSpec
 
 pytestmark = pytest.mark.anyio
 
@@ -98,3 +99,29 @@ def test_tensor_buckets_are_bounded() -> None:
     buckets = list(_buckets(state, 10_000))
     assert [len(b) for b in buckets] == [2, 2, 2, 2, 2]
     assert [name for b in buckets for name in b] == list(state)
+
+
+async def test_duplicate_and_unknown_chunk_results_lose_nothing(tmp_path: Path) -> None:
+    base = rollout_config(
+        num_generators=2,
+        policy="context_aware",
+        chunk_size=4,
+        generator=TINY,
+        run_dir=str(tmp_path),
+    )
+    groups = tuple(
+        replace(g, kind="tests.actors.toys:DuplicatingGenerator") if g.role == "generator" else g
+        for g in base.topology.actors
+    )
+    config = replace(base, topology=replace(base.topology, actors=groups))
+    prompts = [PromptSpec(prompt_id="a", token_ids=(1, 2, 3), forced_lens=(9, 5, 13))]
+    sampling = SamplingSpec(temperature=0.0, ignore_eos=True, max_new_tokens=20)
+    async with Rollout(config, mode="inprocess") as rollout:
+        groups_out = await rollout.generate(prompts, group_size=3, sampling=sampling)
+        stats = await rollout._cluster().call("scheduler", 0, GetStats())
+    reference = _reference((1, 2, 3), 13)
+    samples = groups_out[0].samples
+    assert [len(s.token_ids) for s in samples] == [9, 5, 13]
+    assert all(s.token_ids == reference[: len(s.token_ids)] for s in samples)
+    assert isinstance(stats, ActorStats)
+    assert stats.counters["stale_results"] > 0 and stats.counters["unknown_results"] > 0
