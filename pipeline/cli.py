@@ -15,18 +15,31 @@ BENCHES = {
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    """The main job. Until the RL loop lands: a real rollout of the default workload on the
+    Seer scheduler (context_aware), next to the veRL-style baseline, with a run folder."""
+    import time
+
+    from pipeline.bench.rollout import run
+    from pipeline.logs import configure_logging
+
+    configure_logging("warning")
+    out = args.out or f"runs/run-{time.strftime('%Y%m%d-%H%M%S')}"
+    policies = (
+        (args.policy, "context_aware") if args.policy != "context_aware" else ("context_aware",)
+    )
+    run(None, chunk_size=args.chunk_size, out_dir=out, repeats=1, policies=policies)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
     import anyio
 
+    from pipeline.config import load_config
     from pipeline.demo import demo_config, run_demo
     from pipeline.logs import configure_logging
 
     configure_logging("warning")
-    if args.config:
-        from pipeline.config import load_config
-
-        config = load_config(args.config)
-    else:
-        config = demo_config()
+    config = load_config(args.config) if args.config else demo_config()
     anyio.run(lambda: run_demo(config, num_batches=args.batches))
     return 0
 
@@ -49,7 +62,13 @@ def _cmd_actor(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     module = importlib.import_module(BENCHES[args.name])
     if args.name == "rollout":
-        module.run(args.json, quick=args.quick, trace=args.trace, chunk_size=args.chunk_size)
+        module.run(
+            args.json,
+            quick=args.quick,
+            trace=args.trace,
+            chunk_size=args.chunk_size,
+            repeats=args.repeats,
+        )
     else:
         module.run(args.json, quick=args.quick)
     return 0
@@ -67,9 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="seer", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the main job (the embedded default)")
-    run.add_argument("--config", help="TOML topology (default: the built-in one)")
-    run.add_argument("--batches", type=int, default=24, help="work batches to push through")
+    run.add_argument("--policy", default="baseline", help="compare context_aware with this")
+    run.add_argument("--chunk-size", type=int, default=64)
+    run.add_argument("--out", help="run folder (default: runs/run-<time>)")
     run.set_defaults(fn=_cmd_run)
+    demo = sub.add_parser("demo", help="the transport demo: matrices through 4 processes")
+    demo.add_argument("--config", help="TOML topology (default: the built-in one)")
+    demo.add_argument("--batches", type=int, default=24, help="work batches to push through")
+    demo.set_defaults(fn=_cmd_demo)
     actor = sub.add_parser("actor", help="start one actor of a topology by hand")
     actor.add_argument("--config", required=True)
     actor.add_argument("--role", required=True)
@@ -81,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="smaller sizes (smoke test)")
     bench.add_argument("--trace", help="rollout: replay this recorded trace's workload")
     bench.add_argument("--chunk-size", type=int, default=64, help="rollout: tokens per chunk")
+    bench.add_argument("--repeats", type=int, help="rollout: runs per policy (median)")
     bench.set_defaults(fn=_cmd_bench)
     keys = sub.add_parser("keys", help="create a CURVE key pair for tcp deployments")
     keys.add_argument("directory")

@@ -48,7 +48,7 @@ class SchedulerOptions:
     chunk_size: int = 64
     max_running_per_instance: int = 32
     kv_high_watermark: float = 0.9
-    affinity_spread: int = 16
+    affinity_spread: int = 4
     starvation_s: float = 60.0
 
 

@@ -12,6 +12,7 @@ the full-batch cost (steps with every slot decoding) and the longest request alo
 from __future__ import annotations
 
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -80,7 +81,8 @@ async def run_policies(
     chunk_size: int,
     policies: tuple[str, ...],
     console: Console,
-) -> dict[str, RolloutRecord]:
+    repeats: int = 1,
+) -> dict[str, list[RolloutRecord]]:
     prompts = [
         PromptSpec(prompt_id=p.prompt_id, token_ids=p.token_ids, forced_lens=p.target_lens)
         for p in workload.prompts
@@ -89,31 +91,52 @@ async def run_policies(
         temperature=1.0, seed=workload.seed, ignore_eos=True, max_new_tokens=workload.max_new_tokens
     )
     config = rollout_config(num_generators=2, chunk_size=chunk_size, generator=gen)
-    records: dict[str, RolloutRecord] = {}
+    records: dict[str, list[RolloutRecord]] = {name: [] for name in policies}
     async with Rollout(config) as rollout:
         await rollout.generate(
             [p.token_ids for p in prompts[:2]], 2, SamplingSpec(max_new_tokens=8, ignore_eos=True)
         )  # warm up both generators
-        for name in policies:
-            with console.status(f"rollout under {name}"):
-                result = await rollout.generate_with_record(
-                    prompts, workload.group_size, sampling, policy=name
-                )
-            records[name] = RolloutRecord.from_dict(result.record)
-            console.print(f"{name}: {records[name].makespan_s:.2f} s")
+        for r in range(repeats):  # interleaved, so drift on the machine hits every policy
+            for name in policies:
+                with console.status(f"rollout {r + 1}/{repeats} under {name}"):
+                    result = await rollout.generate_with_record(
+                        prompts, workload.group_size, sampling, policy=name
+                    )
+                record = RolloutRecord.from_dict(result.record)
+                records[name].append(record)
+                console.print(f"{name} #{r + 1}: {record.makespan_s:.2f} s")
     return records
 
 
-def summarize(records: dict[str, RolloutRecord], costs: dict[str, float]) -> dict[str, Any]:
+def _median_metrics(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per numeric metric, the median over repeats; other fields from the median run."""
+    by_makespan = sorted(runs, key=lambda m: m["makespan_s"])
+    out = dict(by_makespan[len(runs) // 2])
+    for key, value in out.items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[key] = statistics.median(m[key] for m in runs)
+    return out
+
+
+def summarize(records: dict[str, list[RolloutRecord]], costs: dict[str, float]) -> dict[str, Any]:
     policies: dict[str, Any] = {}
-    for name, record in records.items():
-        m = compute_metrics(record, per_token_s=costs["per_token_full_batch_s"])
-        work_bound = m["output_tokens"] * costs["per_token_full_batch_s"] / record.num_instances
-        bound = max(work_bound, costs["longest_alone_s"])
+    for name, runs in records.items():
+        per_run = []
+        for record in runs:
+            m = compute_metrics(record, per_token_s=costs["per_token_full_batch_s"])
+            work = m["output_tokens"] * costs["per_token_full_batch_s"] / record.num_instances
+            bound = max(work, costs["longest_alone_s"])
+            per_run.append(
+                {
+                    **{k: v for k, v in m.items() if k != "busy_timeline"},
+                    "lower_bound_s": bound,
+                    "efficiency": bound / m["makespan_s"],
+                }
+            )
         policies[name] = {
-            **{k: v for k, v in m.items() if k != "busy_timeline"},
-            "lower_bound_s": bound,
-            "efficiency": bound / m["makespan_s"],
+            **_median_metrics(per_run),
+            "repeats": len(runs),
+            "makespans_s": [m["makespan_s"] for m in per_run],
         }
     base = policies["baseline"]["throughput_tok_s"] if "baseline" in policies else None
     ratios = {n: p["throughput_tok_s"] / base for n, p in policies.items()} if base else {}
@@ -121,7 +144,7 @@ def summarize(records: dict[str, RolloutRecord], costs: dict[str, float]) -> dic
 
 
 def _table(summary: dict[str, Any]) -> Table:
-    table = Table(title="seer bench rollout (2 generator processes, same workload)")
+    table = Table(title="seer bench rollout (2 generator processes, same workload; medians)")
     cols = (
         "policy",
         "makespan s",
@@ -158,8 +181,11 @@ def run(
     trace: str | None = None,
     chunk_size: int = 64,
     out_dir: str | None = None,
+    repeats: int | None = None,
+    policies: tuple[str, ...] = POLICIES,
 ) -> dict[str, Any]:
     console = Console(width=140)
+    repeats = repeats or (1 if quick else 3)
     workload = (
         workload_from_trace(load_trace(trace))
         if trace
@@ -175,18 +201,23 @@ def run(
     )
     gen = bench_generator(quick)
     costs = measure_costs(workload, gen)
-    records = anyio.run(run_policies, workload, gen, chunk_size, POLICIES, console)
+    records = anyio.run(run_policies, workload, gen, chunk_size, policies, console, repeats)
     summary = {
         **summarize(records, costs),
         "workload": shape,
         "generator": gen,
         "chunk_size": chunk_size,
     }
+    median_runs = {
+        n: sorted(rs, key=lambda r: r.makespan_s)[len(rs) // 2] for n, rs in records.items()
+    }
     console.print(_table(summary))
     folder = Path(out_dir or (Path(json_path).parent if json_path else tempfile.mkdtemp()))
     folder.mkdir(parents=True, exist_ok=True)
-    summary["timeline_png"] = str(plot_timeline(records, folder / "rollout-timeline.png"))
-    summary["trace"] = str(save_trace(records["context_aware"], folder / "rollout-trace.json"))
+    summary["timeline_png"] = str(plot_timeline(median_runs, folder / "rollout-timeline.png"))
+    trace_path = folder / "rollout-trace.json"
+    summary["trace"] = str(save_trace(median_runs[policies[-1]], trace_path))
+    json_path = json_path or str(folder / "rollout-bench.json")
     if json_path:
         Path(json_path).write_text(json.dumps(summary, indent=2, default=float))
         console.print(f"wrote {json_path}, {summary['timeline_png']}, {summary['trace']}")
