@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 lint: setup
-	$(BIN)/ruff check transport actors pipeline tests
+	$(BIN)/ruff check transport actors pipeline tests examples
 	$(BIN)/mypy
 
 test: lint

@@ -6,6 +6,14 @@ lower-bound efficiency; `trace` saves and loads replayable traces; `plot` draws 
 `workload` makes the long-tailed, group-correlated benchmark workload.
 """
 
+from pipeline.rollout.api import (
+    Group,
+    OffPolicyError,
+    Rollout,
+    RolloutError,
+    RolloutResult,
+    rollout_config,
+)
 from pipeline.rollout.metrics import compute_metrics, save_metrics
 from pipeline.rollout.plot import plot_timeline
 from pipeline.rollout.records import ChunkRecord, InstanceCounters, RequestRecord, RolloutRecord
@@ -21,9 +29,14 @@ from pipeline.rollout.workload import (
 
 __all__ = [
     "ChunkRecord",
+    "Group",
     "InstanceCounters",
+    "OffPolicyError",
     "RequestRecord",
+    "Rollout",
+    "RolloutError",
     "RolloutRecord",
+    "RolloutResult",
     "Workload",
     "WorkloadPrompt",
     "compute_metrics",
@@ -31,6 +44,7 @@ __all__ = [
     "load_trace",
     "make_workload",
     "plot_timeline",
+    "rollout_config",
     "save_metrics",
     "save_trace",
     "true_lengths",

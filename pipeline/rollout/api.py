@@ -19,12 +19,17 @@ import itertools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
 from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfig
 from pipeline.launch import Cluster, launch_inprocess, launch_local
+from pipeline.rollout.metrics import compute_metrics, save_metrics
+from pipeline.rollout.plot import plot_timeline
+from pipeline.rollout.records import RolloutRecord
+from pipeline.rollout.trace import save_trace
 from transport.messages import (
     PromptBatch,
     PromptSpec,
@@ -53,8 +58,28 @@ class Group:
 
 @dataclass
 class RolloutResult:
+    """The groups of one rollout and its record (chunks, requests, engine counters)."""
+
     groups: list[Group]
     record: dict[str, Any] = field(default_factory=dict)
+
+    def rollout_record(self) -> RolloutRecord:
+        return RolloutRecord.from_dict(self.record)
+
+    def metrics(self, per_token_s: float | None = None) -> dict[str, Any]:
+        """Makespan, throughput, tail, idle time, moves, re-prefills, queueing delay."""
+        return compute_metrics(self.rollout_record(), per_token_s=per_token_s)
+
+    def save(self, folder: str | Path) -> dict[str, Path]:
+        """Write metrics.json, timeline.png and trace.json (replayable) into `folder`."""
+        out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        record = self.rollout_record()
+        return {
+            "metrics": save_metrics(self.metrics(), out / "metrics.json"),
+            "timeline": plot_timeline({record.policy: record}, out / "timeline.png"),
+            "trace": save_trace(record, out / "trace.json"),
+        }
 
 
 def rollout_config(

@@ -70,6 +70,9 @@ async def test_every_sample_once_and_greedy_equals_a_single_engine(
         reference = _reference(prompt.token_ids, 30)
         for sample in group.samples:  # greedy: every sample is a prefix of one long run
             assert sample.token_ids == reference[: len(sample.token_ids)]
+    saved = result.save(tmp_path / "out")
+    assert saved["timeline"].stat().st_size > 1000 and saved["trace"].exists()
+    assert result.metrics()["output_tokens"] == 3 * (12 + 20 + 7 + 30)
     chunks = result.record["chunks"]
     if policy == "baseline":
         assert all(c["generated_before"] == 0 for c in chunks)  # run to completion
