@@ -45,11 +45,12 @@ from transport.messages import (
 class SchedulerOptions:
     policy: str = "context_aware"
     num_generators: int = 2
-    chunk_size: int = 64
+    chunk_size: int = 128
     max_running_per_instance: int = 32
     kv_high_watermark: float = 0.9
     affinity_spread: int = 4
     starvation_s: float = 60.0
+    growth_reserve: int | None = None
 
 
 @dataclass
@@ -123,6 +124,7 @@ class SchedulerActor(Actor):
             max_running_per_instance=self.opts.max_running_per_instance,
             kv_high_watermark=self.opts.kv_high_watermark,
             affinity_spread=self.opts.affinity_spread,
+            growth_reserve=self.opts.growth_reserve,
         )
         start_loads = [await self._load(i) for i in range(self.opts.num_generators)]
         book = RunBook(msg.rollout_id, name, msg.requests, start_loads, time.time())

@@ -66,6 +66,7 @@ class SchedulerCore:
         max_running_per_instance: int,
         kv_high_watermark: float = 0.9,
         affinity_spread: int = 4,
+        growth_reserve: int | None = None,
     ) -> None:
         _require(num_instances >= 1, "num_instances >= 1", num_instances)
         _require(chunk_size >= 1, "chunk_size >= 1", chunk_size)
@@ -77,6 +78,9 @@ class SchedulerCore:
         self.policy = policy
         self.num_instances = num_instances
         self.chunk_size = chunk_size
+        # KV kept free per working-set member for its growth (default: a quarter chunk;
+        # a full chunk each starves the batch, none at all makes the engine evict)
+        self.growth_reserve = chunk_size // 4 if growth_reserve is None else growth_reserve
         self.max_running_per_instance = max_running_per_instance
         self.kv_high_watermark = kv_high_watermark
         self.affinity_spread = affinity_spread
@@ -229,7 +233,7 @@ class SchedulerCore:
 
     def _admits(self, load: ProjectedLoad, req: RequestState) -> bool:
         """Can `load`'s instance take `req` into its working set? It needs a free place, and
-        the contexts it holds plus one chunk of growth for each must fit the KV watermark
+        the contexts it holds plus `growth_reserve` tokens for each must fit the KV watermark
         (an empty working set always takes one request)."""
         i = load.index
         if self._homed[i] == 0:
@@ -237,7 +241,7 @@ class SchedulerCore:
         if self._homed[i] >= load.max_running:
             return False
         need = self._homed_kv[i] + req.prompt_len + req.generated
-        need += (self._homed[i] + 1) * self.chunk_size
+        need += (self._homed[i] + 1) * self.growth_reserve
         return need <= self.kv_high_watermark * load.kv_total
 
     def _place(self, req: RequestState, kv_need: int, bounded: bool) -> int | None:

@@ -179,7 +179,7 @@ def run(
     json_path: str | None = None,
     quick: bool = False,
     trace: str | None = None,
-    chunk_size: int = 64,
+    chunk_size: int = 128,
     out_dir: str | None = None,
     repeats: int | None = None,
     policies: tuple[str, ...] = POLICIES,

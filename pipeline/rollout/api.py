@@ -86,7 +86,7 @@ def rollout_config(
     *,
     num_generators: int = 2,
     policy: str = "context_aware",
-    chunk_size: int = 64,
+    chunk_size: int = 128,
     generator: Mapping[str, Any] | None = None,
     scheduler: Mapping[str, Any] | None = None,
     run_id: str | None = None,

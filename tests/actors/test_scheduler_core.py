@@ -68,6 +68,7 @@ def test_last_chunk_is_clipped_to_the_generation_limit() -> None:
 
 def test_working_set_admission_reserves_kv_for_growth() -> None:
     core = core_for("divided", num_instances=1, max_running_per_instance=8)
+    core.growth_reserve = 16
     core.update_load(InstanceLoad(index=0, num_running=0, kv_used=0, kv_total=100, max_running=8))
     core.add(group("g0", 4, 0), now=0.0)  # prompts of 8, chunks of 16 reserved per member
     # members k: 8k contexts + 16k reserve <= 90  ->  k = 3
