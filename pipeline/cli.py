@@ -15,15 +15,69 @@ BENCHES = {
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    """The main job. Until the RL loop lands: a real rollout of the default workload on the
-    Seer scheduler (context_aware), next to the veRL-style baseline, with a run folder."""
+    """The main job: synchronous GRPO on the embedded default task, every Seer mechanism
+    that has landed switched on, live progress, and a run folder with the report."""
+    import dataclasses
+    import time
+    import tomllib
+    from pathlib import Path
+
+    import anyio
+    from rich.console import Console
+
+    from pipeline.config import build_options
+    from pipeline.logs import configure_logging
+    from pipeline.report import LiveReport, plot_rewards, summary_table
+    from pipeline.rl_config import RunConfig
+    from pipeline.rollout.plot import plot_timeline
+    from pipeline.rollout.trace import load_trace
+    from pipeline.run import train
+
+    configure_logging("warning")
+    console = Console(width=120)
+    cfg = (
+        build_options(RunConfig, tomllib.loads(Path(args.config).read_text()), args.config)
+        if args.config
+        else RunConfig()
+    )
+    changes = {
+        k: v
+        for k, v in (
+            ("policy", args.policy),
+            ("iterations", args.iterations),
+            ("resume", args.resume),
+            ("warm_start_s", args.warm_start_s),
+        )
+        if v is not None
+    }
+    out = args.out or f"runs/run-{time.strftime('%Y%m%d-%H%M%S')}"
+    cfg = dataclasses.replace(cfg, out_dir=out, **changes)
+    console.print(
+        f"[bold]seer run[/]: {cfg.task}, {cfg.iterations} iterations x "
+        f"{cfg.prompts_per_iteration} prompts x {cfg.group_size} samples, policy "
+        f"{cfg.policy or 'context_aware'}, {cfg.num_generators} generators; run folder {out}"
+    )
+    rows = anyio.run(train, cfg, LiveReport(console))
+    folder = Path(out)
+    plot_rewards(rows, folder / "reward.png")
+    trace = folder / "last-rollout" / "trace.json"
+    if trace.exists():
+        record = load_trace(trace)
+        plot_timeline({record.policy: record}, folder / "rollout-timeline.png")
+    console.print(summary_table(rows, f"{len(rows)} iterations ({cfg.policy or 'context_aware'})"))
+    console.print(f"wrote {folder}/metrics.jsonl, reward.png, rollout-timeline.png")
+    return 0
+
+
+def _cmd_rollout(args: argparse.Namespace) -> int:
+    """One rollout of the benchmark workload under the Seer scheduler and the baseline."""
     import time
 
     from pipeline.bench.rollout import run
     from pipeline.logs import configure_logging
 
     configure_logging("warning")
-    out = args.out or f"runs/run-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = args.out or f"runs/rollout-{time.strftime('%Y%m%d-%H%M%S')}"
     policies = (
         (args.policy, "context_aware") if args.policy != "context_aware" else ("context_aware",)
     )
@@ -85,11 +139,19 @@ def _cmd_keys(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="seer", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run the main job (the embedded default)")
-    run.add_argument("--policy", default="baseline", help="compare context_aware with this")
-    run.add_argument("--chunk-size", type=int, default=128)
+    run = sub.add_parser("run", help="the main job: GRPO on the embedded default task")
+    run.add_argument("--config", help="TOML mapping onto RunConfig (pipeline/rl_config.py)")
+    run.add_argument("--policy", help="rollout scheduling: context_aware (default), baseline, ...")
+    run.add_argument("--iterations", type=int)
+    run.add_argument("--warm-start-s", type=float, help="supervised warm start budget (0: none)")
+    run.add_argument("--resume", help="a checkpoint folder of an earlier run")
     run.add_argument("--out", help="run folder (default: runs/run-<time>)")
     run.set_defaults(fn=_cmd_run)
+    roll = sub.add_parser("rollout", help="one benchmark rollout: Seer scheduler vs baseline")
+    roll.add_argument("--policy", default="baseline", help="compare context_aware with this")
+    roll.add_argument("--chunk-size", type=int, default=128)
+    roll.add_argument("--out", help="run folder (default: runs/rollout-<time>)")
+    roll.set_defaults(fn=_cmd_rollout)
     demo = sub.add_parser("demo", help="the transport demo: matrices through 4 processes")
     demo.add_argument("--config", help="TOML topology (default: the built-in one)")
     demo.add_argument("--batches", type=int, default=24, help="work batches to push through")

@@ -26,6 +26,7 @@ ACTOR_KINDS: dict[str, str] = {
     "estimator": "actors.estimator_actor:LengthEstimatorActor",
     "scheduler": "actors.scheduler.actor:SchedulerActor",
     "generator": "actors.generator.actor:GeneratorActor",
+    "trainer": "actors.trainer.actor:TrainerActor",
 }
 
 

@@ -391,6 +391,52 @@ class WeightsPublished(Message):
     version: int
 
 
+# --- training: driver -> trainer -> generators ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainSampleSpec(Struct):
+    """One scored sample: what the trainer needs for GRPO."""
+
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    old_logprobs: tuple[float, ...]
+    reward: float
+    group_id: str
+    weight_version: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainStep(Message):
+    """Driver -> trainer: one policy update on these samples, then publish the weights."""
+
+    iteration: int
+    samples: tuple[TrainSampleSpec, ...]
+    expected_version: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainReport(Message):
+    """Trainer -> driver: the update's statistics and the version now on every generator."""
+
+    iteration: int
+    version: int
+    stats: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaveCheckpoint(Message):
+    path: str
+    iteration: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadCheckpoint(Message):
+    """Restore the trainer from `path` and publish its weights; replied with TrainReport."""
+
+    path: str
+
+
 REGISTRY: Final[dict[int, type[Message]]] = {
     1: Stop,
     2: ActorReady,
@@ -421,6 +467,10 @@ REGISTRY: Final[dict[int, type[Message]]] = {
     41: LoadReport,
     42: WeightsBucket,
     43: WeightsPublished,
+    50: TrainStep,
+    51: TrainReport,
+    52: SaveCheckpoint,
+    53: LoadCheckpoint,
 }
 
 

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import torch
 
+from actors.publish import publish_weights
 from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfig
 from pipeline.launch import Cluster, launch_inprocess, launch_local
 from pipeline.rollout.metrics import compute_metrics, save_metrics
@@ -31,14 +32,13 @@ from pipeline.rollout.plot import plot_timeline
 from pipeline.rollout.records import RolloutRecord
 from pipeline.rollout.trace import save_trace
 from transport.messages import (
+    Message,
     PromptBatch,
     PromptSpec,
     RolloutFailed,
     RolloutFinished,
     SampleResult,
     SamplingSpec,
-    WeightsBucket,
-    WeightsPublished,
 )
 
 
@@ -207,28 +207,19 @@ class Rollout:
             for p in specs
         ]
 
+    async def call_actor(self, role: str, msg: Message, index: int = 0) -> Message:
+        """Request/reply with any actor of the topology (e.g. the trainer)."""
+        return await self._cluster().call(role, index, msg, timeout=self.timeout_s)
+
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
         """Send `state_dict` to every generator in buckets; each swaps at its next idle point."""
         cluster = self._cluster()
-        buckets = list(_buckets(state_dict, self.bucket_bytes))
-        for index in range(self.config.topology.group("generator").count):
-            for b, tensors in enumerate(buckets):
-                msg = WeightsBucket(
-                    version=version, bucket=b, tensors=tensors, is_last=b == len(buckets) - 1
-                )
-                await cluster.call("generator", index, msg, timeout=300)
-        await cluster.call("scheduler", 0, WeightsPublished(version=version), timeout=30)
+        count = self.config.topology.group("generator").count
+        await publish_weights(
+            cluster.mailbox,
+            state_dict,
+            version,
+            num_generators=count,
+            bucket_bytes=self.bucket_bytes,
+        )
         self.weight_version = version
-
-
-def _buckets(state: Mapping[str, torch.Tensor], limit: int) -> Any:
-    bucket: dict[str, torch.Tensor] = {}
-    size = 0
-    for name, tensor in state.items():
-        t = tensor.detach().cpu().contiguous()
-        if bucket and size + t.nbytes > limit:
-            yield bucket
-            bucket, size = {}, 0
-        bucket[name] = t
-        size += t.nbytes
-    yield bucket

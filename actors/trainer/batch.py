@@ -1,0 +1,124 @@
+"""Training samples and the padded batch the loss consumes.
+
+A ``TrainSample`` is one finished rollout request: prompt tokens, completion tokens, the
+rollout's log-probability of each completion token, its reward, its GRPO group and the weight
+version that generated it. ``make_batch`` turns samples into right-padded tensors for a
+teacher-forced forward pass over ``prompt + completion``:
+
+    sequence  s = prompt + completion                       (length L = P + C)
+    input_ids[t] = s[t]       targets[t] = s[t + 1]         t in 0 .. L - 2
+    logits at position t predict targets[t], so completion token j (= s[P + j]) is the
+    target at t = P - 1 + j; ``mask`` is 1 exactly there and ``old_logprobs[t]`` holds the
+    rollout log-probability of that token.
+
+Advantages are computed per ``group_id`` with ``group_advantages`` (population std), over the
+samples of that group present in the call. Padding (``pad_id``, mask 0) goes on the right,
+which the causal model ignores for earlier positions.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from actors.trainer.grpo import group_advantages
+
+
+@dataclass(frozen=True, slots=True)
+class TrainSample:
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    old_logprobs: tuple[float, ...]  # one per completion token, from the rollout
+    reward: float
+    group_id: str
+    weight_version: int
+    request_id: str = ""  # for error messages only
+
+    def __post_init__(self) -> None:
+        # msgpack hands lists over: store tuples so samples stay hashable and concatenable
+        for name in ("prompt_ids", "completion_ids", "old_logprobs"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        if not self.prompt_ids:
+            raise ValueError(f"sample {self.name}: empty prompt (nothing to condition on)")
+        if len(self.old_logprobs) != len(self.completion_ids):
+            raise ValueError(
+                f"sample {self.name}: {len(self.old_logprobs)} old_logprobs for "
+                f"{len(self.completion_ids)} completion tokens"
+            )
+
+    @property
+    def name(self) -> str:
+        return f"{self.request_id or '?'} (group {self.group_id!r})"
+
+    @property
+    def num_positions(self) -> int:
+        """Length of the teacher-forced input: prompt + completion - 1."""
+        return len(self.prompt_ids) + len(self.completion_ids) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class TrainBatch:
+    input_ids: Tensor  # (B, T) int64
+    targets: Tensor  # (B, T) int64
+    mask: Tensor  # (B, T) float32, 1 on completion targets
+    old_logprobs: Tensor  # (B, T) float32, 0 where mask is 0
+    advantages: Tensor  # (B,) float32
+    rewards: Tensor  # (B,) float32
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.mask.sum().item())
+
+    def select(self, rows: Tensor) -> TrainBatch:
+        """The rows ``rows`` (K,), trimmed on the right to their longest valid position."""
+        mask = self.mask[rows]  # (K, T)
+        valid = mask.any(dim=0).nonzero()
+        width = int(valid.max().item()) + 1 if valid.numel() else 1
+        return TrainBatch(
+            input_ids=self.input_ids[rows, :width],
+            targets=self.targets[rows, :width],
+            mask=mask[:, :width],
+            old_logprobs=self.old_logprobs[rows, :width],
+            advantages=self.advantages[rows],
+            rewards=self.rewards[rows],
+        )
+
+
+def compute_advantages(samples: Sequence[TrainSample], scale: bool = True) -> Tensor:
+    """advantages (B,) in sample order, normalised within each ``group_id``."""
+    by_group: dict[str, list[int]] = defaultdict(list)
+    for i, sample in enumerate(samples):
+        by_group[sample.group_id].append(i)
+    out = torch.zeros(len(samples), dtype=torch.float32)
+    for rows in by_group.values():
+        rewards = torch.tensor([samples[i].reward for i in rows], dtype=torch.float32)
+        out[rows] = group_advantages(rewards, scale=scale)
+    return out
+
+
+def make_batch(samples: Sequence[TrainSample], pad_id: int, scale: bool = True) -> TrainBatch:
+    """Right-padded (B, T) tensors with T = max(P + C - 1); see the module docstring."""
+    if not samples:
+        raise ValueError("make_batch needs at least one sample")
+    width = max(1, max(s.num_positions for s in samples))
+    num = len(samples)
+    input_ids = torch.full((num, width), pad_id, dtype=torch.long)
+    targets = torch.full((num, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((num, width), dtype=torch.float32)
+    old = torch.zeros((num, width), dtype=torch.float32)
+    for row, sample in enumerate(samples):
+        seq = torch.tensor(sample.prompt_ids + sample.completion_ids, dtype=torch.long)
+        length = len(seq) - 1
+        input_ids[row, :length] = seq[:-1]
+        targets[row, :length] = seq[1:]
+        start, num_completion = len(sample.prompt_ids) - 1, len(sample.completion_ids)
+        mask[row, start : start + num_completion] = 1.0
+        old[row, start : start + num_completion] = torch.tensor(
+            sample.old_logprobs, dtype=torch.float32
+        )
+    rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+    return TrainBatch(input_ids, targets, mask, old, compute_advantages(samples, scale), rewards)

@@ -1,0 +1,217 @@
+"""GRPOTrainer: the trainer's pure synchronous core (no sockets, no await).
+
+Consumes a list of ``TrainSample`` (one finished rollout request each) and the weight version
+the rollout ran on; updates the model in place with GRPO and emits statistics. The actor shell
+around it receives samples, calls ``step``, then publishes ``state_dict()`` as weight version
+``trainer.version``.
+
+Contract of ``step(samples, expected_version=v)``:
+
+- **On-policy is checked, not assumed.** The trainer's weights must be version ``v`` and every
+  sample must carry ``weight_version == v``; otherwise ``OffPolicyError`` names the first
+  offending request and *nothing* has changed (weights, optimiser, RNG, version).
+- **Degenerate groups are skipped.** A group whose rewards are all equal has zero advantage,
+  so with ``kl_coef == 0`` it contributes no gradient; its samples are dropped before the
+  forward pass (they still count in ``reward_mean``/``reward_std``; ``num_skipped_groups``
+  reports them). With ``kl_coef > 0`` they are kept, because the KL term still pulls them.
+- **Optimiser steps.** Each of ``epochs`` passes shuffles the kept samples with the trainer's
+  seeded generator and cuts them into mini-batches of ``mini_batch_size`` samples (``None``:
+  one mini-batch, i.e. one optimiser step per epoch). A mini-batch is split into
+  micro-batches of ``micro_batch_size`` samples of similar length (sorted, right-trimmed)
+  whose gradients accumulate, weighted so the result equals the unsplit mini-batch loss;
+  then the gradient norm is clipped to ``max_grad_norm`` and AdamW steps.
+- A non-finite gradient raises ``FloatingPointError`` without stepping.
+- On success ``version`` increments: it is the version the new weights carry.
+
+``torch.set_num_threads`` and the model's device are the caller's business. The reference
+model (for the KL term) is frozen and never saved by checkpoints.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from actors.model import LlamaModel
+from actors.trainer.batch import TrainBatch, TrainSample, make_batch
+from actors.trainer.grpo import LengthNorm, grpo_loss, token_logprobs
+
+_STEP_STATS = ("loss", "grad_norm", "clip_fraction", "approx_kl", "kl_ref", "mean_ratio")
+
+
+class OffPolicyError(ValueError):
+    """A sample (or the trainer) is not on the weight version the step was asked to train."""
+
+
+class GRPOTrainer:
+    def __init__(
+        self,
+        model: LlamaModel,
+        *,
+        lr: float = 1e-4,
+        weight_decay: float = 0.0,
+        max_grad_norm: float = 1.0,
+        clip_eps: float = 0.2,
+        kl_coef: float = 0.0,
+        micro_batch_size: int = 16,
+        mini_batch_size: int | None = None,
+        epochs: int = 1,
+        pad_id: int = 0,
+        ref_model: LlamaModel | None = None,
+        length_norm: LengthNorm = "token",
+        seed: int = 0,
+    ) -> None:
+        _check_positive(micro_batch_size=micro_batch_size, epochs=epochs, lr=lr)
+        _check_positive(max_grad_norm=max_grad_norm)
+        if mini_batch_size is not None:
+            _check_positive(mini_batch_size=mini_batch_size)
+        if kl_coef < 0 or clip_eps < 0 or weight_decay < 0:
+            raise ValueError("kl_coef, clip_eps and weight_decay must be >= 0")
+        if kl_coef > 0 and ref_model is None:
+            raise ValueError("kl_coef > 0 needs a ref_model")
+        if not 0 <= pad_id < model.config.vocab_size:
+            vocab = model.config.vocab_size
+            raise ValueError(f"pad_id {pad_id} outside the vocabulary [0, {vocab})")
+        self.model = model
+        self.ref_model = ref_model
+        if ref_model is not None:
+            ref_model.requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+        self.max_grad_norm = max_grad_norm
+        self.clip_eps = clip_eps
+        self.kl_coef = kl_coef
+        self.micro_batch_size = micro_batch_size
+        self.mini_batch_size = mini_batch_size
+        self.epochs = epochs
+        self.pad_id = pad_id
+        self.length_norm: LengthNorm = length_norm
+        self.generator = torch.Generator().manual_seed(seed)
+        self.version = 0
+
+    def state_dict(self) -> dict[str, Tensor]:
+        """A detached copy of the model's weights (safe to publish while training goes on)."""
+        return {name: t.detach().clone() for name, t in self.model.state_dict().items()}
+
+    def check_on_policy(self, samples: Sequence[TrainSample], expected_version: int) -> None:
+        if self.version != expected_version:
+            raise OffPolicyError(
+                f"trainer holds weight version {self.version}, asked to train on samples of "
+                f"version {expected_version}"
+            )
+        for sample in samples:
+            if sample.weight_version != expected_version:
+                raise OffPolicyError(
+                    f"off-policy sample refused: request {sample.name} was generated with "
+                    f"weight version {sample.weight_version}, expected {expected_version}"
+                )
+
+    def step(self, samples: Sequence[TrainSample], *, expected_version: int) -> dict[str, float]:
+        """One GRPO update on one rollout's samples; see the module docstring."""
+        start = time.perf_counter()
+        if not samples:
+            raise ValueError("step needs at least one sample")
+        batch = make_batch(samples, self.pad_id)
+        rows, num_skipped = self._rows_to_train(samples)
+        per_step: list[dict[str, float]] = []
+        for _ in range(self.epochs if len(rows) else 0):
+            order = rows[torch.randperm(len(rows), generator=self.generator)]
+            size = self.mini_batch_size or max(1, len(rows))
+            per_step.extend(self._optimizer_step(batch, mini) for mini in _chunks(order, size))
+        self.version += 1
+        stats = {k: _mean([s[k] for s in per_step]) for k in _STEP_STATS}
+        return stats | {
+            "reward_mean": float(batch.rewards.mean()),
+            "reward_std": float(batch.rewards.std(unbiased=False)),
+            "num_tokens": float(batch.mask[rows].sum()),
+            "num_samples": float(len(samples)),
+            "num_skipped_groups": float(num_skipped),
+            "num_optimizer_steps": float(len(per_step)),
+            "version": float(self.version),
+            "seconds": time.perf_counter() - start,
+        }
+
+    def _rows_to_train(self, samples: Sequence[TrainSample]) -> tuple[Tensor, int]:
+        """Indices (K,) of samples in groups with distinct rewards, and the skipped count."""
+        groups: dict[str, list[int]] = defaultdict(list)
+        for i, sample in enumerate(samples):
+            groups[sample.group_id].append(i)
+        keep: list[int] = []
+        num_skipped = 0
+        for members in groups.values():
+            is_flat = len({samples[i].reward for i in members}) < 2
+            if is_flat and self.kl_coef == 0:
+                num_skipped += 1
+            else:
+                keep.extend(members)
+        return torch.tensor(sorted(keep), dtype=torch.long), num_skipped
+
+    def _optimizer_step(self, batch: TrainBatch, rows: Tensor) -> dict[str, float]:
+        """Accumulate the loss of ``rows`` over micro-batches, clip, step; per-step stats."""
+        num_tokens = float(batch.mask[rows].sum())
+        if num_tokens == 0:
+            return dict.fromkeys(_STEP_STATS, 0.0)
+        lengths = batch.mask[rows].sum(dim=-1)  # (K,)
+        num_seqs = float((lengths > 0).sum())
+        positions = torch.arange(1, batch.mask.shape[1] + 1, dtype=batch.mask.dtype)  # (T,)
+        ends = (batch.mask[rows] * positions).amax(dim=-1)  # (K,) one past the last target
+        rows = rows[torch.argsort(ends, stable=True)]  # similar lengths share a micro-batch
+        totals = dict.fromkeys(_STEP_STATS, 0.0)
+        self.optimizer.zero_grad(set_to_none=True)
+        for micro_rows in _chunks(rows, self.micro_batch_size):
+            micro = batch.select(micro_rows)
+            loss, stats = self._micro_loss(micro)
+            if self.length_norm == "token":
+                weight = micro.num_tokens / num_tokens
+            else:
+                weight = float((micro.mask.sum(-1) > 0).sum()) / num_seqs
+            torch.autograd.backward(loss * weight)
+            share = micro.num_tokens / num_tokens  # token-weighted stats
+            for key in ("clip_fraction", "approx_kl", "kl_ref", "mean_ratio"):
+                totals[key] += stats[key] * share
+            totals["loss"] += stats["loss"] * weight
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm))
+        if not math.isfinite(grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise FloatingPointError(f"non-finite gradient norm {grad_norm}: step not applied")
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return totals | {"grad_norm": grad_norm}
+
+    def _micro_loss(self, micro: TrainBatch) -> tuple[Tensor, dict[str, float]]:
+        logits = self.model(micro.input_ids)  # (b, t, V)
+        new_logprobs = token_logprobs(logits, micro.targets)  # (b, t)
+        ref_logprobs = None
+        if self.ref_model is not None:
+            with torch.no_grad():
+                ref_logprobs = token_logprobs(self.ref_model(micro.input_ids), micro.targets)
+        return grpo_loss(
+            new_logprobs,
+            micro.old_logprobs,
+            micro.advantages,
+            micro.mask,
+            clip_eps=self.clip_eps,
+            kl_coef=self.kl_coef,
+            ref_logprobs=ref_logprobs,
+            length_norm=self.length_norm,
+        )
+
+
+def _check_positive(**values: float) -> None:
+    for name, value in values.items():
+        if not value > 0:
+            raise ValueError(f"GRPOTrainer {name} must be > 0, got {value!r}")
+
+
+def _chunks(rows: Tensor, size: int) -> list[Tensor]:
+    """rows (K,) -> consecutive pieces of at most ``size``."""
+    return [rows[i : i + size] for i in range(0, len(rows), size)]
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0

@@ -1,0 +1,101 @@
+"""Live progress and the end-of-run report of `seer run` (rich console, PNG plots)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+COLUMNS = (
+    ("iteration", "it", "{:d}"),
+    ("reward_mean", "reward", "{:.3f}"),
+    ("success_rate", "success", "{:.0%}"),
+    ("rollout_s", "rollout s", "{:.2f}"),
+    ("train_s", "train s", "{:.2f}"),
+    ("throughput_tok_s", "tok/s", "{:.0f}"),
+    ("tail_s", "tail s", "{:.2f}"),
+    ("output_tokens", "tokens", "{:d}"),
+    ("weight_version", "version", "{:d}"),
+)
+
+
+class LiveReport:
+    """Prints one line per iteration as it finishes, and warm-start progress."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.header_done = False
+
+    def __call__(self, row: dict[str, Any]) -> None:
+        if "warm_start" in row:
+            info = row["warm_start"]
+            self.console.print(f"[dim]warm start: {_fmt_info(info)}[/]")
+            return
+        if not self.header_done:
+            self.console.print("  ".join(f"{title:>9}" for _, title, _ in COLUMNS))
+            self.header_done = True
+        cells = [fmt.format(row[key]) if key in row else "-" for key, _, fmt in COLUMNS]
+        self.console.print("  ".join(f"{c:>9}" for c in cells))
+
+
+def _fmt_info(info: Any) -> str:
+    if isinstance(info, dict):
+        return ", ".join(
+            f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.items()
+        )
+    return str(info)
+
+
+def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
+    table = Table(title=title)
+    for label in ("", "first", "last", "best", "mean"):
+        table.add_column(label, justify="right")
+    for key, label in (
+        ("reward_mean", "reward"),
+        ("success_rate", "success"),
+        ("rollout_s", "rollout s"),
+        ("train_s", "train s"),
+        ("throughput_tok_s", "tok/s"),
+        ("tail_s", "tail s"),
+    ):
+        values = [float(r[key]) for r in rows]
+        table.add_row(
+            label,
+            f"{values[0]:.3g}",
+            f"{values[-1]:.3g}",
+            f"{max(values):.3g}",
+            f"{sum(values) / len(values):.3g}",
+        )
+    return table
+
+
+def plot_rewards(rows: list[dict[str, Any]], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    its = [r["iteration"] for r in rows]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
+    ax1.plot(its, [r["reward_mean"] for r in rows], marker="o", label="mean reward")
+    ax1.plot(its, [r["success_rate"] for r in rows], marker=".", label="success rate")
+    ax1.set_xlabel("iteration")
+    ax1.set_ylim(0, 1)
+    ax1.legend()
+    ax1.set_title("reward")
+    ax2.plot(its, [r["rollout_s"] for r in rows], marker="o", label="rollout s")
+    ax2.plot(its, [r["train_s"] for r in rows], marker=".", label="train s")
+    ax2.set_xlabel("iteration")
+    ax2.legend()
+    ax2.set_title("time per iteration")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def load_rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -1,0 +1,92 @@
+"""RunConfig: the knobs of one RL run, and the topology and warm start it implies."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from actors.generator.actor import GeneratorOptions
+from pipeline.config import ActorGroup, PipelineConfig, Topology
+from pipeline.rollout.api import rollout_config
+from pipeline.tasks import Task
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    task: str = "countdown"
+    iterations: int = 20
+    prompts_per_iteration: int = 16
+    group_size: int = 8
+    max_new_tokens: int = 160
+    temperature: float = 1.0
+    policy: str = ""  # "" = the scheduler's default (context_aware); "baseline" for veRL-style
+    chunk_size: int = 128
+    num_generators: int = 2
+    model: GeneratorOptions = field(default_factory=lambda: GeneratorOptions(max_context=512))
+    warm_start_s: float = 150.0  # 0 = start from the random model
+    cache_dir: str = "runs/cache"
+    lr: float = 3e-5
+    kl_coef: float = 0.0
+    micro_batch_size: int = 32
+    seed: int = 0
+    out_dir: str = "runs/rl"
+    resume: str = ""
+    checkpoint_every: int = 5
+    mode: Literal["local", "inprocess"] = "local"
+
+    def __post_init__(self) -> None:
+        for name in ("iterations", "prompts_per_iteration", "group_size", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"RunConfig.{name} must be >= 1")
+
+
+def model_options(cfg: RunConfig, task: Task, model_path: str) -> GeneratorOptions:
+    return dataclasses.replace(
+        cfg.model, vocab_size=task.vocab_size, eos_token_id=task.eos_token_id, model_path=model_path
+    )
+
+
+def warm_model(cfg: RunConfig, task: Task, progress: Callable[[dict[str, Any]], None]) -> str:
+    """The warm-started model's path (trained once, then cached), or "" for a random one."""
+    if cfg.warm_start_s <= 0:
+        return ""
+    from pipeline.tasks.warmstart import warm_start
+
+    config = model_options(cfg, task, "").model_config()
+    path = warm_start(
+        task,
+        config,
+        cache_dir=Path(cfg.cache_dir),
+        seconds=cfg.warm_start_s,
+        seed=cfg.seed,
+        progress=lambda info: progress({"warm_start": info}),
+    )
+    return str(path)
+
+
+def rl_topology(cfg: RunConfig, model_path: str, task: Task | None = None) -> PipelineConfig:
+    """Splitter, estimator, scheduler, generators and the trainer, on the same model."""
+    from pipeline.tasks import get_task
+
+    gen = model_options(cfg, task or get_task(cfg.task), model_path)
+    gen_table = {k: v for k, v in dataclasses.asdict(gen).items() if v is not None}
+    base = rollout_config(
+        num_generators=cfg.num_generators, chunk_size=cfg.chunk_size, generator=gen_table
+    )
+    trainer = ActorGroup(
+        role="trainer",
+        kind="trainer",
+        options={
+            "model": gen_table,
+            "lr": cfg.lr,
+            "kl_coef": cfg.kl_coef,
+            "micro_batch_size": cfg.micro_batch_size,
+            "num_generators": cfg.num_generators,
+            "pad_id": gen.eos_token_id or 0,
+            "seed": cfg.seed,
+        },
+    )
+    return dataclasses.replace(base, topology=Topology(actors=(*base.topology.actors, trainer)))

@@ -1,0 +1,117 @@
+"""The synchronous RL loop: start the actors; each iteration roll out, score, train and
+publish the new weights; stop. It reads top to bottom as the algorithm."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.rl_config import RunConfig, rl_topology, warm_model
+from pipeline.rollout import Rollout
+from pipeline.rollout.api import Group
+from pipeline.tasks import Task, TaskPrompt, get_task
+from transport.messages import (
+    LoadCheckpoint,
+    PromptSpec,
+    SamplingSpec,
+    SaveCheckpoint,
+    TrainReport,
+    TrainSampleSpec,
+    TrainStep,
+)
+
+Progress = Callable[[dict[str, Any]], None]
+
+
+async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[dict[str, Any]]:
+    """Run `cfg.iterations` iterations of GRPO; one metrics row per iteration."""
+    task = get_task(cfg.task)
+    model_path = warm_model(cfg, task, progress)
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    async with Rollout(rl_topology(cfg, model_path), mode=cfg.mode) as rollout:
+        first = 0
+        if cfg.resume:  # the trainer restores weights, optimiser, RNG and publishes them
+            report = await rollout.call_actor("trainer", LoadCheckpoint(path=cfg.resume))
+            assert isinstance(report, TrainReport)
+            rollout.weight_version, first = report.version, report.iteration + 1
+        for it in range(first, cfg.iterations):
+            rng = np.random.default_rng([cfg.seed, it])  # resumable: a function of (seed, it)
+            prompts = task.sample_prompts(cfg.prompts_per_iteration, rng)
+            start = time.perf_counter()
+            result = await rollout.generate_with_record(
+                [PromptSpec(prompt_id=p.prompt_id, token_ids=p.token_ids) for p in prompts],
+                cfg.group_size,
+                sampling(cfg, it, task),
+                policy=cfg.policy,
+            )
+            rollout_s = time.perf_counter() - start
+            samples, rewards = score(task, prompts, result.groups)
+            start = time.perf_counter()
+            report = await rollout.call_actor(
+                "trainer",
+                TrainStep(iteration=it, samples=samples, expected_version=rollout.weight_version),
+            )
+            assert isinstance(report, TrainReport)
+            rollout.weight_version = report.version
+            metrics = result.metrics()
+            row = {
+                "iteration": it,
+                "reward_mean": float(np.mean(rewards)),
+                "success_rate": float(np.mean(np.asarray(rewards) >= 1.0)),
+                "rollout_s": rollout_s,
+                "train_s": time.perf_counter() - start,
+                "throughput_tok_s": metrics["throughput_tok_s"],
+                "tail_s": metrics["tail_s"],
+                "output_tokens": metrics["output_tokens"],
+                "weight_version": report.version,
+                "policy": cfg.policy or "context_aware",
+                **{f"train_{k}": v for k, v in report.stats.items()},
+            }
+            rows.append(row)
+            with (out / "metrics.jsonl").open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            result.save(out / "last-rollout")
+            if cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0:
+                await rollout.call_actor(
+                    "trainer", SaveCheckpoint(path=str(out / "checkpoint"), iteration=it)
+                )
+            progress(row)
+    return rows
+
+
+def sampling(cfg: RunConfig, iteration: int, task: Task) -> SamplingSpec:
+    return SamplingSpec(
+        temperature=cfg.temperature,
+        seed=cfg.seed * 100_003 + iteration,
+        max_new_tokens=cfg.max_new_tokens,
+        stop_token_ids=(task.eos_token_id,),
+    )
+
+
+def score(
+    task: Task, prompts: list[TaskPrompt], groups: list[Group]
+) -> tuple[tuple[TrainSampleSpec, ...], list[float]]:
+    """Every sample with its verifier reward, in the trainer's format."""
+    samples, rewards = [], []
+    for prompt, group in zip(prompts, groups, strict=True):
+        for s in group.samples:
+            reward = task.reward(prompt, s.token_ids)
+            rewards.append(reward)
+            samples.append(
+                TrainSampleSpec(
+                    prompt_ids=prompt.token_ids,
+                    completion_ids=s.token_ids,
+                    old_logprobs=s.logprobs,
+                    reward=reward,
+                    group_id=s.group_id,
+                    weight_version=s.weight_version,
+                )
+            )
+    return tuple(samples), rewards

@@ -1,0 +1,260 @@
+"""Supervised warm start, cached on disk, and a sampling evaluation with the built-in engine.
+
+``warm_start(task, model_config, cache_dir=...)`` trains a fresh ``LlamaModel`` on freshly
+sampled ``task.sft_example`` completions for a wall-clock budget (at most ``seconds``, never
+more than 180 s) and saves it with ``save_model`` under
+``cache_dir/<task>-<key>.safetensors``, where ``key`` hashes the model config, seed, budget,
+batch size, learning rate and the task's ``fingerprint`` (when it has one). When that file
+exists it is returned at once: no training, no progress callbacks. The file is written to a
+temporary name and renamed, so a crash never leaves a half-written cache entry.
+
+Recipe: cross-entropy on completion tokens only (prompt and padding masked), batches of
+similar lengths (a pool of ``8 * batch_size`` examples sorted by length, then split) to cut
+padding, AdamW, linear warm-up then cosine decay to 10% over the time budget, gradient
+clipping at 1.0. The run depends on wall-clock speed, so two machines may cache different
+weights for the same key; the cache is per machine.
+
+``evaluate(task, model, ...)`` samples ``samples`` completions for each of ``num_prompts``
+prompts with ``TorchEngine`` and reports the mean reward and length statistics.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import structlog
+import torch
+import torch.nn.functional as F
+
+from actors.generator import ChunkRequest, EngineConfig, SamplingParams, TorchEngine
+from actors.model import LlamaModel, ModelConfig, save_model
+from pipeline.tasks.base import Task
+
+log = structlog.get_logger()
+
+MAX_SECONDS = 180.0
+IGNORE = -100
+RECIPE_VERSION = 1  # bump when the training recipe changes: old cache entries stop matching
+
+
+def warm_start_path(
+    task: Task,
+    model_config: ModelConfig,
+    *,
+    cache_dir: str | Path,
+    seconds: float = 150.0,
+    seed: int = 0,
+    batch_size: int = 64,
+    lr: float = 3e-3,
+) -> Path:
+    """Where ``warm_start`` with these arguments caches its model."""
+    key = {
+        "recipe": RECIPE_VERSION,
+        "task": getattr(task, "fingerprint", task.name),
+        "model": model_config.to_dict(),
+        "seed": seed,
+        "seconds": min(float(seconds), MAX_SECONDS),
+        "batch_size": batch_size,
+        "lr": lr,
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return Path(cache_dir) / f"{task.name}-{digest}.safetensors"
+
+
+def warm_start(
+    task: Task,
+    model_config: ModelConfig,
+    *,
+    cache_dir: str | Path,
+    seconds: float = 150.0,
+    seed: int = 0,
+    batch_size: int = 64,
+    lr: float = 3e-3,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+    num_threads: int = 2,
+) -> Path:
+    """Train (or find in the cache) a warm-started model; its safetensors path."""
+    if not seconds > 0 or batch_size <= 0 or not lr > 0:
+        raise ValueError(f"need seconds, batch_size, lr > 0; got {seconds}, {batch_size}, {lr}")
+    if model_config.vocab_size < task.vocab_size:
+        raise ValueError(
+            f"model vocab_size {model_config.vocab_size} < task vocab_size {task.vocab_size}"
+        )
+    path = warm_start_path(
+        task,
+        model_config,
+        cache_dir=cache_dir,
+        seconds=seconds,
+        seed=seed,
+        batch_size=batch_size,
+        lr=lr,
+    )
+    if path.exists():
+        log.info("warm_start_cache_hit", path=str(path))
+        return path
+    previous = torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+    try:
+        model, stats = _train(
+            task, model_config, min(seconds, MAX_SECONDS), seed, batch_size, lr, progress
+        )
+    finally:
+        torch.set_num_threads(previous)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    save_model(model, tmp, metadata={"task": task.name, **{k: str(v) for k, v in stats.items()}})
+    os.replace(tmp, path)
+    log.info("warm_start_saved", path=str(path), **stats)
+    return path
+
+
+def _train(
+    task: Task,
+    cfg: ModelConfig,
+    seconds: float,
+    seed: int,
+    batch_size: int,
+    lr: float,
+    progress: Callable[[dict[str, Any]], None] | None,
+) -> tuple[LlamaModel, dict[str, float]]:
+    torch.manual_seed(seed)
+    model = LlamaModel.random(cfg, seed=seed).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
+    batches = _length_bucketed(task, batch_size, cfg.max_context, np.random.default_rng(seed))
+    start = time.perf_counter()
+    step, loss_value, step_s, tokens = 0, float("nan"), 0.0, 0
+    while step == 0 or time.perf_counter() - start + step_s < seconds:
+        t0 = time.perf_counter()
+        frac = (t0 - start) / seconds
+        for group in opt.param_groups:
+            group["lr"] = lr * _lr_scale(step, frac)
+        inputs, targets = next(batches)
+        loss = sft_loss(model, inputs, targets)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step, loss_value = step + 1, loss.item()
+        tokens += int((targets != IGNORE).sum())
+        step_s = time.perf_counter() - t0
+        if progress is not None and (step % 25 == 0 or step == 1):
+            progress(
+                {
+                    "step": step,
+                    "elapsed_s": time.perf_counter() - start,
+                    "loss": loss_value,
+                    "lr": opt.param_groups[0]["lr"],
+                    "tokens": tokens,
+                }
+            )
+    model.eval()
+    return model, {
+        "steps": step,
+        "train_s": time.perf_counter() - start,
+        "final_loss": loss_value,
+        "tokens": tokens,
+    }
+
+
+def _lr_scale(step: int, frac: float, warmup_steps: int = 30, floor: float = 0.1) -> float:
+    """Linear warm-up over the first steps, then cosine from 1 to ``floor`` over the budget."""
+    warm = min(1.0, (step + 1) / warmup_steps)
+    cosine = floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
+    return warm * cosine
+
+
+def sft_batch(
+    task: Task, examples: list[tuple[tuple[int, ...], list[int]]], max_context: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(prompt, completion) pairs -> inputs (B, T) and targets (B, T); targets are the next
+    token on completion positions and ``IGNORE`` on prompt and padding (pad = EOS)."""
+    seqs = [[*prompt, *completion][: max_context + 1] for prompt, completion in examples]
+    width = max(len(s) for s in seqs) - 1
+    inputs = torch.full((len(seqs), width), task.eos_token_id, dtype=torch.long)
+    targets = torch.full((len(seqs), width), IGNORE, dtype=torch.long)
+    for row, ((prompt, _), seq) in enumerate(zip(examples, seqs, strict=True)):
+        n = len(seq) - 1
+        inputs[row, :n] = torch.tensor(seq[:-1])
+        targets[row, len(prompt) - 1 : n] = torch.tensor(seq[len(prompt) :])
+    return inputs, targets
+
+
+def sft_loss(model: LlamaModel, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the unmasked target tokens."""
+    logits = model(inputs)  # (B, T, V)
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+
+
+def _length_bucketed(
+    task: Task, batch_size: int, max_context: int, rng: np.random.Generator, pool: int = 8
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Endless padded batches; each pool of fresh examples is sorted by length and split, and
+    its batches come in random order."""
+    while True:
+        prompts = task.sample_prompts(batch_size * pool, rng)
+        examples = [(p.token_ids, task.sft_example(p, rng)) for p in prompts]
+        examples.sort(key=lambda e: len(e[0]) + len(e[1]))
+        for i in rng.permutation(pool):
+            chunk = examples[i * batch_size : (i + 1) * batch_size]
+            yield sft_batch(task, chunk, max_context)
+
+
+def evaluate(
+    task: Task,
+    model: LlamaModel,
+    *,
+    num_prompts: int,
+    samples: int,
+    temperature: float = 1.0,
+    seed: int = 0,
+    max_new_tokens: int = 300,
+    max_batch: int = 32,
+) -> dict[str, Any]:
+    """Sample ``samples`` completions per prompt with ``TorchEngine``; mean reward, length
+    stats (tokens generated, EOS included), the share of groups whose siblings are not all
+    identical, failure reasons (when the task has ``verdict``) and a few rendered samples."""
+    prompts = task.sample_prompts(num_prompts, np.random.default_rng(seed))
+    cfg = EngineConfig(max_batch=max_batch, profile=False, eos_token_id=task.eos_token_id)
+    engine = TorchEngine(model, cfg)
+    for i, prompt in enumerate(prompts):
+        for j in range(samples):
+            params = SamplingParams(temperature=temperature, seed=seed * 1_000_003 + i * 997 + j)
+            engine.add(ChunkRequest(f"{i}/{j}", prompt.token_ids, max_new_tokens, params=params))
+    out: dict[str, tuple[int, ...]] = {}
+    start = time.perf_counter()
+    with torch.inference_mode():
+        while engine.has_work():
+            out.update((r.request_id, r.token_ids) for r in engine.step().finished)
+    seconds = time.perf_counter() - start
+    groups = [[out[f"{i}/{j}"] for j in range(samples)] for i in range(len(prompts))]
+    rewards = [task.reward(p, c) for p, g in zip(prompts, groups, strict=True) for c in g]
+    lengths = np.array([len(c) for g in groups for c in g])
+    verdict = getattr(task, "verdict", None)
+    reasons = (
+        Counter(verdict(p, c) for p, g in zip(prompts, groups, strict=True) for c in g)
+        if callable(verdict)
+        else Counter[str]()
+    )
+    return {
+        "reward_mean": float(np.mean(rewards)),
+        "num_samples": len(rewards),
+        "length_p50": float(np.percentile(lengths, 50)),
+        "length_p90": float(np.percentile(lengths, 90)),
+        "length_p99": float(np.percentile(lengths, 99)),
+        "length_max": int(lengths.max()),
+        "length_mean": float(lengths.mean()),
+        "distinct_group_frac": float(np.mean([len(set(g)) > 1 for g in groups])),
+        "verdicts": dict(reasons),
+        "seconds": seconds,
+        "tokens_per_s": float(lengths.sum() / seconds),
+        "examples": [task.render(prompts[i], groups[i][0]) for i in range(min(3, len(prompts)))],
+    }

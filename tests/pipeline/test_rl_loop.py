@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+import tests.pipeline.toytask  # noqa: F401  (registers the say7 task)
+from actors.generator.actor import GeneratorOptions
+from pipeline.report import load_rows
+from pipeline.rl_config import RunConfig
+from pipeline.run import train
+
+pytestmark = pytest.mark.anyio
+
+TINY = GeneratorOptions(
+    hidden=32,
+    num_layers=1,
+    num_heads=2,
+    num_kv_heads=1,
+    intermediate=64,
+    max_context=64,
+    max_batch=16,
+    kv_budget_tokens=4096,
+)
+
+
+def toy_config(tmp_path: Path, **kw: object) -> RunConfig:
+    base = RunConfig(
+        task="say7",
+        iterations=1,
+        prompts_per_iteration=4,
+        group_size=4,
+        max_new_tokens=6,
+        model=TINY,
+        warm_start_s=0,
+        lr=3e-2,
+        seed=3,
+        out_dir=str(tmp_path / "run"),
+        checkpoint_every=0,
+        num_generators=2,
+    )
+    return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
+
+
+async def test_one_full_iteration_over_real_processes(tmp_path: Path) -> None:
+    rows = await train(toy_config(tmp_path))
+    [row] = rows
+    assert row["weight_version"] == 1 and row["output_tokens"] > 0
+    assert load_rows(tmp_path / "run" / "metrics.jsonl") == rows
+    for key in (
+        "iteration",
+        "reward_mean",
+        "rollout_s",
+        "train_s",
+        "throughput_tok_s",
+        "tail_s",
+        "weight_version",
+    ):
+        assert key in row
+    assert (tmp_path / "run" / "last-rollout" / "timeline.png").exists()
+
+
+@pytest.mark.slow
+async def test_reward_rises_and_resume_continues_the_same_run(tmp_path: Path) -> None:
+    cfg = toy_config(tmp_path, iterations=8, mode="inprocess", prompts_per_iteration=8)
+    rows = await train(cfg)
+    rewards = [r["reward_mean"] for r in rows]
+    assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3 + 0.1, rewards
+    first = dataclasses.replace(
+        cfg, iterations=4, checkpoint_every=4, out_dir=str(tmp_path / "first")
+    )
+    await train(first)  # checkpoint after iteration 3
+    resumed = await train(
+        dataclasses.replace(
+            cfg, out_dir=str(tmp_path / "second"), resume=str(tmp_path / "first" / "checkpoint")
+        )
+    )
+    assert [r["iteration"] for r in resumed] == [4, 5, 6, 7]
+    keys = ("reward_mean", "output_tokens", "weight_version")
+    assert [[r[k] for k in keys] for r in resumed] == [[r[k] for k in keys] for r in rows[4:]]

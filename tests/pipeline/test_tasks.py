@@ -1,0 +1,115 @@
+"""The task interface and the countdown task: verifier, SFT examples, lengths, determinism."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.tasks import Countdown, TaskPrompt, count_walks, describe_lengths, get_task
+from pipeline.tasks.countdown import BOS, EOS, SEP, VOCAB_SIZE
+
+TASK = Countdown()
+PROMPT = TASK.make_prompt(9, [5, 6])  # valid answers include 7 4 2 0 and 8 7 4 1 0
+
+
+def test_registry_returns_countdown_and_lists_names_on_error() -> None:
+    task = get_task("countdown")
+    assert isinstance(task, Countdown)
+    assert (task.vocab_size, task.eos_token_id) == (VOCAB_SIZE, EOS)
+    with pytest.raises(ValueError, match="countdown"):
+        get_task("nope")
+
+
+def test_prompt_layout() -> None:
+    assert PROMPT.token_ids == (BOS, 5, 6, SEP, 9)
+    assert PROMPT.meta == {"n": 9, "forbidden": [5, 6]}
+
+
+@pytest.mark.parametrize("walk", [[7, 4, 2, 0], [8, 7, 4, 1, 0], [7, 4, 3, 2, 1, 0]])
+def test_verifier_accepts_valid_walks(walk: list[int]) -> None:
+    assert TASK.reward(PROMPT, [*walk, EOS]) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("completion", "reason"),
+    [
+        ([7, 3, 0, EOS], "bad_step"),  # step of 4
+        ([7, 7, 4, 2, 0, EOS], "bad_step"),  # step of 0
+        ([8, 6, 3, 0, EOS], "forbidden"),
+        ([7, 4, 2, EOS], "not_at_zero"),
+        ([7, 4, 2, 0], "no_eos"),
+        ([7, 4, 2, 0, EOS, EOS], "not_a_number"),
+        ([7, 4, 1, 0, 0, EOS], "bad_step"),  # keeps going after 0
+        ([7, 4, 2, 1, 257, EOS], "not_a_number"),
+        ([], "no_eos"),
+        ([EOS], "not_at_zero"),
+        ([BOS, SEP, EOS], "not_a_number"),
+    ],
+)
+def test_verifier_refuses_invalid(completion: list[int], reason: str) -> None:
+    assert TASK.verdict(PROMPT, completion) == reason
+    assert TASK.reward(PROMPT, completion) == 0.0
+
+
+def test_overshoot_below_zero_is_refused() -> None:
+    prompt = TASK.make_prompt(5, [])
+    assert TASK.reward(prompt, [3, 1, 0, EOS]) == 1.0
+    assert TASK.reward(prompt, [3, 1, -1, EOS]) == 0.0
+    assert TASK.reward(prompt, [2, -1, EOS]) == 0.0
+
+
+def test_make_prompt_refuses_impossible_prompts() -> None:
+    for n, bad in [(9, [4, 5, 6]), (9, [9]), (9, [0]), (300, [])]:
+        with pytest.raises(ValueError):
+            TASK.make_prompt(n, bad)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_sft_examples_are_valid(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for prompt in TASK.sample_prompts(20, rng):
+        forbidden = prompt.meta["forbidden"]
+        assert prompt.meta["n"] not in forbidden and 0 not in forbidden
+        assert not any(f + 1 in forbidden and f + 2 in forbidden for f in forbidden)
+        assert TASK.reward(prompt, TASK.sft_example(prompt, rng)) == 1.0
+
+
+def test_siblings_differ() -> None:
+    rng = np.random.default_rng(1)
+    for prompt in TASK.sample_prompts(50, rng):
+        assert count_walks(prompt.meta["n"], prompt.meta["forbidden"]) >= 2
+        if prompt.meta["n"] >= 12:
+            walks = {tuple(TASK.sft_example(prompt, rng)) for _ in range(8)}
+            assert len(walks) >= 2, TASK.render(prompt, [])
+
+
+def test_count_walks_matches_hand_count() -> None:
+    assert count_walks(3, []) == 4  # 2 1 0 | 2 0 | 1 0 | 0
+    assert count_walks(4, [2, 3]) == 1  # 1 0
+
+
+def test_lengths_are_long_tailed() -> None:
+    stats = describe_lengths(TASK, 3000, np.random.default_rng(0))
+    assert stats["ratio"] >= 4, stats
+    assert stats["max"] <= TASK.config.max_n + 1
+
+
+def test_prompts_are_deterministic_per_seed() -> None:
+    def ids(seed: int) -> list[TaskPrompt]:
+        return TASK.sample_prompts(30, np.random.default_rng(seed))
+
+    assert ids(3) == ids(3)
+    assert ids(3) != ids(4)
+    assert all(p.prompt_id == TASK.make_prompt(**_args(p)).prompt_id for p in ids(3))
+
+
+def _args(prompt: TaskPrompt) -> dict[str, object]:
+    return {"n": prompt.meta["n"], "forbidden": prompt.meta["forbidden"]}
+
+
+def test_render_is_readable() -> None:
+    text = TASK.render(PROMPT, [7, 4, 2, 0, EOS])
+    assert text == "9 avoiding [5, 6] -> 7 4 2 0 <eos> [ok]"
