@@ -46,7 +46,10 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
             prompts = task.sample_prompts(cfg.prompts_per_iteration, rng)
             start = time.perf_counter()
             result = await rollout.generate_with_record(
-                [PromptSpec(prompt_id=p.prompt_id, token_ids=p.token_ids) for p in prompts],
+                [
+                    PromptSpec(prompt_id=pid, token_ids=p.token_ids)
+                    for pid, p in zip(unique_ids(prompts), prompts, strict=True)
+                ],
                 cfg.group_size,
                 sampling(cfg, it, task),
                 policy=cfg.policy,
@@ -84,6 +87,17 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 )
             progress(row)
     return rows
+
+
+def unique_ids(prompts: list[TaskPrompt]) -> list[str]:
+    """Prompt ids, made unique within a batch (a prompt drawn twice gets `#1`, `#2`...)."""
+    seen: dict[str, int] = {}
+    out = []
+    for p in prompts:
+        k = seen.get(p.prompt_id, 0)
+        seen[p.prompt_id] = k + 1
+        out.append(p.prompt_id if k == 0 else f"{p.prompt_id}#{k}")
+    return out
 
 
 def sampling(cfg: RunConfig, iteration: int, task: Task) -> SamplingSpec:

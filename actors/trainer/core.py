@@ -115,6 +115,7 @@ class GRPOTrainer:
         start = time.perf_counter()
         if not samples:
             raise ValueError("step needs at least one sample")
+        self.check_on_policy(samples, expected_version)
         batch = make_batch(samples, self.pad_id)
         rows, num_skipped = self._rows_to_train(samples)
         per_step: list[dict[str, float]] = []
