@@ -131,38 +131,25 @@ def _train(
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
     batches = _length_bucketed(task, batch_size, cfg.max_context, np.random.default_rng(seed))
     start = time.perf_counter()
-    step, loss_value, step_s, tokens = 0, float("nan"), 0.0, 0
-    while step == 0 or time.perf_counter() - start + step_s < seconds:
+    stats: dict[str, float] = {"step": 0, "elapsed_s": 0.0, "loss": math.nan, "tokens": 0}
+    step_s = 0.0
+    while stats["step"] == 0 or time.perf_counter() - start + step_s < seconds:
         t0 = time.perf_counter()
-        frac = (t0 - start) / seconds
         for group in opt.param_groups:
-            group["lr"] = lr * _lr_scale(step, frac)
+            group["lr"] = lr * _lr_scale(int(stats["step"]), (t0 - start) / seconds)
         inputs, targets = next(batches)
         loss = sft_loss(model, inputs, targets)
         opt.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        step, loss_value = step + 1, loss.item()
-        tokens += int((targets != IGNORE).sum())
         step_s = time.perf_counter() - t0
-        if progress is not None and (step % 25 == 0 or step == 1):
-            progress(
-                {
-                    "step": step,
-                    "elapsed_s": time.perf_counter() - start,
-                    "loss": loss_value,
-                    "lr": opt.param_groups[0]["lr"],
-                    "tokens": tokens,
-                }
-            )
-    model.eval()
-    return model, {
-        "steps": step,
-        "train_s": time.perf_counter() - start,
-        "final_loss": loss_value,
-        "tokens": tokens,
-    }
+        stats["step"] += 1
+        stats["tokens"] += int((targets != IGNORE).sum())
+        stats.update(elapsed_s=time.perf_counter() - start, loss=loss.item())
+        if progress is not None and (stats["step"] % 25 == 0 or stats["step"] == 1):
+            progress({**stats, "lr": opt.param_groups[0]["lr"]})
+    return model.eval(), stats
 
 
 def _lr_scale(step: int, frac: float, warmup_steps: int = 30, floor: float = 0.1) -> float:

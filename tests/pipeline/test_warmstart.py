@@ -80,11 +80,11 @@ def test_a_few_seconds_lower_the_sft_loss(tmp_path: Path) -> None:
     inputs, targets = _fixed_batch()
     with torch.no_grad():
         before = sft_loss(LlamaModel.random(TINY, seed=0), inputs, targets).item()
-    path = warm_start(TASK, TINY, cache_dir=tmp_path, seconds=3.0, lr=1e-2, batch_size=32)
+    path = warm_start(TASK, TINY, cache_dir=tmp_path, seconds=2.0, lr=1e-2, batch_size=32)
     with torch.no_grad():
         after = sft_loss(load_model(path), inputs, targets).item()
     assert before > 5.0  # ~ln(259) at random init
-    assert after < before - 2.0, (before, after)
+    assert after < before - 1.5, (before, after)
 
 
 def test_evaluate_samples_groups(tmp_path: Path) -> None:
