@@ -65,6 +65,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         record = load_trace(trace)
         plot_timeline({record.policy: record}, folder / "rollout-timeline.png")
     console.print(summary_table(rows, f"{len(rows)} iterations ({cfg.policy or 'context_aware'})"))
+    last = rows[-1] if rows else {}
+    if "eval_reward_before" in last:
+        console.print(
+            f"held-out reward (fixed prompts and seeds): {last['eval_reward_before']:.3f}"
+            f" before training -> {last['eval_reward']:.3f} after {len(rows)} iterations"
+        )
     console.print(f"wrote {folder}/metrics.jsonl, reward.png, rollout-timeline.png")
     return 0
 

@@ -19,6 +19,7 @@ COLUMNS = (
     ("tail_s", "tail s", "{:.2f}"),
     ("output_tokens", "tokens", "{:d}"),
     ("weight_version", "version", "{:d}"),
+    ("eval_reward", "eval", "{:.3f}"),
 )
 
 
@@ -82,6 +83,11 @@ def plot_rewards(rows: list[dict[str, Any]], path: Path) -> Path:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
     ax1.plot(its, [r["reward_mean"] for r in rows], marker="o", label="mean reward")
     ax1.plot(its, [r["success_rate"] for r in rows], marker=".", label="success rate")
+    evals = [(r["iteration"], r["eval_reward"]) for r in rows if "eval_reward" in r]
+    if evals:
+        before = [(its[0] - 1, r["eval_reward_before"]) for r in rows if "eval_reward_before" in r]
+        points = before[:1] + evals
+        ax1.plot(*zip(*points, strict=True), marker="s", label="held-out reward")
     ax1.set_xlabel("iteration")
     ax1.set_ylim(0, 1)
     ax1.legend()

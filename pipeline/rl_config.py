@@ -17,8 +17,8 @@ from pipeline.tasks import Task
 @dataclass(frozen=True, kw_only=True)
 class RunConfig:
     task: str = "countdown"
-    iterations: int = 20
-    prompts_per_iteration: int = 16
+    iterations: int = 30
+    prompts_per_iteration: int = 32
     group_size: int = 8
     max_new_tokens: int = 160
     temperature: float = 1.0
@@ -28,13 +28,18 @@ class RunConfig:
     model: GeneratorOptions = field(default_factory=lambda: GeneratorOptions(max_context=512))
     warm_start_s: float = 150.0  # 0 = start from the random model
     cache_dir: str = "runs/cache"
-    lr: float = 3e-5
+    lr: float = 1e-3
     kl_coef: float = 0.0
     micro_batch_size: int = 32
+    mini_batch_size: int = 64  # optimiser steps per iteration = samples / mini_batch_size
+    epochs: int = 1
     seed: int = 0
     out_dir: str = "runs/rl"
     resume: str = ""
     checkpoint_every: int = 5
+    eval_prompts: int = 64  # held-out prompts scored before training and every eval_every
+    eval_samples: int = 4
+    eval_every: int = 10
     mode: Literal["local", "inprocess"] = "local"
 
     def __post_init__(self) -> None:
@@ -84,6 +89,8 @@ def rl_topology(cfg: RunConfig, model_path: str, task: Task | None = None) -> Pi
             "lr": cfg.lr,
             "kl_coef": cfg.kl_coef,
             "micro_batch_size": cfg.micro_batch_size,
+            "mini_batch_size": cfg.mini_batch_size,
+            "epochs": cfg.epochs,
             "num_generators": cfg.num_generators,
             "pad_id": gen.eos_token_id or 0,
             "seed": cfg.seed,

@@ -3,6 +3,7 @@ publish the new weights; stop. It reads top to bottom as the algorithm."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -41,6 +42,8 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
             report = await rollout.call_actor("trainer", LoadCheckpoint(path=cfg.resume))
             assert isinstance(report, TrainReport)
             rollout.weight_version, first = report.version, report.iteration + 1
+        held_out = task.sample_prompts(cfg.eval_prompts, np.random.default_rng([cfg.seed, 10**9]))
+        eval_before = await evaluate(rollout, task, held_out, cfg) if cfg.eval_prompts else None
         for it in range(first, cfg.iterations):
             rng = np.random.default_rng([cfg.seed, it])  # resumable: a function of (seed, it)
             prompts = task.sample_prompts(cfg.prompts_per_iteration, rng)
@@ -77,6 +80,12 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 "policy": cfg.policy or "context_aware",
                 **{f"train_{k}": v for k, v in report.stats.items()},
             }
+            if cfg.eval_prompts and (
+                it + 1 == cfg.iterations or (cfg.eval_every and (it + 1) % cfg.eval_every == 0)
+            ):
+                row["eval_reward"] = await evaluate(rollout, task, held_out, cfg)
+                if eval_before is not None:
+                    row["eval_reward_before"] = eval_before
             rows.append(row)
             with (out / "metrics.jsonl").open("a") as f:
                 f.write(json.dumps(row) + "\n")
@@ -87,6 +96,20 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 )
             progress(row)
     return rows
+
+
+async def evaluate(
+    rollout: Rollout, task: Task, prompts: list[TaskPrompt], cfg: RunConfig
+) -> float:
+    """Mean reward on fixed held-out prompts with fixed sampling seeds: the learning curve
+    without the noise of each iteration's fresh prompts."""
+    specs = [
+        PromptSpec(prompt_id=pid, token_ids=p.token_ids)
+        for pid, p in zip(unique_ids(prompts), prompts, strict=True)
+    ]
+    spec = dataclasses.replace(sampling(cfg, 0, task), seed=cfg.seed + 7)
+    groups = await rollout.generate(specs, cfg.eval_samples, spec, policy=cfg.policy)
+    return float(np.mean(score(task, prompts, groups)[1]))
 
 
 def unique_ids(prompts: list[TaskPrompt]) -> list[str]:

@@ -36,6 +36,7 @@ class TrainerOptions:
     clip_eps: float = 0.2
     max_grad_norm: float = 1.0
     micro_batch_size: int = 16
+    mini_batch_size: int | None = None  # None: one optimiser step per epoch
     epochs: int = 1
     pad_id: int = 0
     num_generators: int = 2
@@ -78,6 +79,7 @@ class TrainerActor(Actor):
             clip_eps=o.clip_eps,
             kl_coef=o.kl_coef,
             micro_batch_size=o.micro_batch_size,
+            mini_batch_size=o.mini_batch_size,
             epochs=o.epochs,
             pad_id=o.pad_id,
             seed=o.seed,

@@ -49,6 +49,7 @@ class CountdownConfig:
     min_forbidden: int = 2
     max_forbidden: int = 6
     step_probs: tuple[float, float, float] = (0.2, 0.4, 0.4)
+    partial_credit: float = 0.0  # reward share for the valid part of a failed walk
 
     def __post_init__(self) -> None:
         if not 4 <= self.min_n <= self.max_n < NUM_NUMBERS:
@@ -77,7 +78,8 @@ class Countdown:
     @property
     def fingerprint(self) -> str:
         """Everything that changes the data: part of the warm start's cache key."""
-        return f"{self.name}:{sorted(asdict(self.config).items())}"
+        data = {k: v for k, v in asdict(self.config).items() if k != "partial_credit"}
+        return f"{self.name}:{sorted(data.items())}"  # reward shaping does not change SFT
 
     # ---- prompts -------------------------------------------------------------------------
     def sample_prompts(self, n: int, rng: np.random.Generator) -> list[TaskPrompt]:
@@ -124,7 +126,19 @@ class Countdown:
         return "ok" if current == 0 else "not_at_zero"
 
     def reward(self, prompt: TaskPrompt, completion: Sequence[int]) -> float:
-        return 1.0 if self.verdict(prompt, completion) == "ok" else 0.0
+        """1.0 for a valid walk; otherwise `partial_credit` times the fraction of the way
+        down that was walked validly before the first mistake (0 by default)."""
+        if self.verdict(prompt, completion) == "ok":
+            return 1.0
+        if not self.config.partial_credit:
+            return 0.0
+        n, forbidden = int(prompt.meta["n"]), set(prompt.meta["forbidden"])
+        current = n
+        for token in (int(t) for t in completion):
+            if current - token not in STEPS or token in forbidden:
+                break
+            current = token
+        return self.config.partial_credit * (n - current) / n
 
     # ---- supervision and display -----------------------------------------------------------
     def sft_example(self, prompt: TaskPrompt, rng: np.random.Generator) -> list[int]:
@@ -182,3 +196,4 @@ def describe_lengths(task: Task, n: int, rng: np.random.Generator) -> dict[str, 
 
 
 register_task("countdown", Countdown)
+register_task("countdown-partial", lambda: Countdown(CountdownConfig(partial_credit=0.5)))
