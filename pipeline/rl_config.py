@@ -17,7 +17,7 @@ from pipeline.tasks import Task
 @dataclass(frozen=True, kw_only=True)
 class RunConfig:
     task: str = "countdown"
-    iterations: int = 30
+    iterations: int = 100
     prompts_per_iteration: int = 32
     group_size: int = 8
     max_new_tokens: int = 160
@@ -39,7 +39,7 @@ class RunConfig:
     checkpoint_every: int = 5
     eval_prompts: int = 64  # held-out prompts scored before training and every eval_every
     eval_samples: int = 4
-    eval_every: int = 10
+    eval_every: int = 25
     mode: Literal["local", "inprocess"] = "local"
 
     def __post_init__(self) -> None:
