@@ -18,11 +18,14 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import anyio
+
 from actors.base import Actor, ActorContext, Handler
 from actors.scheduler.core import SchedulerCore, UnknownRequestError
 from actors.scheduler.policy import make_policy
 from actors.scheduler.records import RunBook
 from actors.scheduler.state import InstanceLoad, RequestState
+from transport.errors import TransportError
 from transport.messages import (
     ChunkAssigned,
     ChunkFinished,
@@ -50,6 +53,8 @@ class SchedulerOptions:
     kv_high_watermark: float = 0.9
     affinity_spread: int = 4
     starvation_s: float = 60.0
+    health_interval_s: float = 2.0
+    health_timeout_s: float = 5.0
     growth_reserve: int | None = None
 
 
@@ -73,6 +78,8 @@ class SchedulerActor(Actor):
         self.current: Rollout | None = None
         self.num_unknown_results = 0
         self.totals: dict[str, float] = {}  # core counters summed over finished rollouts
+        self.last_loads: dict[int, LoadReport] = {}
+        self.down: set[int] = set()  # generators that stopped answering
 
     def handlers(self) -> Mapping[type[Message], Handler]:
         return {
@@ -88,6 +95,7 @@ class SchedulerActor(Actor):
             for k, v in self.current.core.counters.items():
                 out[k] = out.get(k, 0.0) + v
         out["unknown_results"] = self.num_unknown_results
+        out["generators_lost"] = len(self.down)
         return out
 
     async def handle_weights_published(self, msg: WeightsPublished) -> None:
@@ -126,11 +134,13 @@ class SchedulerActor(Actor):
             affinity_spread=self.opts.affinity_spread,
             growth_reserve=self.opts.growth_reserve,
         )
-        start_loads = [await self._load(i) for i in range(self.opts.num_generators)]
+        start_loads = [await self._load_or_last(i) for i in range(self.opts.num_generators)]
         book = RunBook(msg.rollout_id, name, msg.requests, start_loads, time.time())
         self.current = Rollout(msg.rollout_id, core, book, name)
         for load in start_loads:
             core.update_load(_instance_load(load))
+        for i in self.down:  # lost in an earlier rollout: nothing goes there
+            core.requeue_instance(i, 0.0, mark_down=True)
         core.add([_state(r, i) for i, r in enumerate(msg.requests)], 0.0)
         self.log.info(
             "rollout_started", rollout=msg.rollout_id, policy=name, requests=len(msg.requests)
@@ -163,6 +173,7 @@ class SchedulerActor(Actor):
             self.log.warning("chunk_result_stale", request=msg.request_id, seq=msg.chunk_seq)
             return
         run.core.update_load(_instance_load(msg.load))
+        self.last_loads[msg.instance] = LoadReport(load=msg.load)
         dispatched = run.dispatched.pop((msg.request_id, msg.chunk_seq), 0.0)
         run.book.add_chunk(msg, dispatched)
         if msg.error:
@@ -212,10 +223,12 @@ class SchedulerActor(Actor):
         self.current = None
         for k, v in run.core.counters.items():
             self.totals[k] = self.totals.get(k, 0.0) + v
-        end_loads = [await self._load(i) for i in range(self.opts.num_generators)]
+        end_loads = [await self._load_or_last(i) for i in range(self.opts.num_generators)]
         record = run.book.record(end_loads)
         samples = run.book.samples()
         for i in range(self.opts.num_generators):
+            if i in self.down:
+                continue
             ids = tuple(run.book.specs)
             await self.send_to(
                 "generator", i, EndRollout(rollout_id=run.rollout_id, request_ids=ids)
@@ -234,10 +247,46 @@ class SchedulerActor(Actor):
             ),
         )
 
-    async def _load(self, instance: int) -> LoadReport:
-        reply = await self.call("generator", instance, GetLoad(), timeout=30)
+    async def _load(self, instance: int, timeout: float = 30.0) -> LoadReport:
+        reply = await self.call("generator", instance, GetLoad(), timeout=timeout)
         assert isinstance(reply, LoadReport)
+        self.last_loads[instance] = reply
         return reply
+
+    async def _load_or_last(self, instance: int) -> LoadReport:
+        if instance not in self.down:
+            try:
+                return await self._load(instance, timeout=self.opts.health_timeout_s)
+            except TransportError:
+                self.down.add(instance)
+        if instance not in self.last_loads:
+            raise RuntimeError(f"generator {instance} is not answering")
+        return self.last_loads[instance]
+
+    async def on_start(self) -> None:
+        self.start_soon(self._watch_generators)
+
+    async def _watch_generators(self) -> None:
+        """A generator that stops answering loses no sample: its running chunks go back to
+        the buffer from their last committed progress and run elsewhere."""
+        while True:
+            await anyio.sleep(self.opts.health_interval_s)
+            run = self.current
+            if run is None:
+                continue
+            for i in range(self.opts.num_generators):
+                if i in self.down or not run.core.projected_load(i).num_running:
+                    continue
+                try:
+                    await self._load(i, timeout=self.opts.health_timeout_s)
+                except TransportError as exc:
+                    self.down.add(i)
+                    if self.current is not run:
+                        break
+                    now = time.time() - run.book.start
+                    ids = run.core.requeue_instance(i, now, mark_down=True)
+                    self.log.error("generator_lost", instance=i, error=str(exc), requeued=len(ids))
+                    await self._send_chunks()
 
 
 def _instance_load(report: LoadReport | LoadInfo) -> InstanceLoad:

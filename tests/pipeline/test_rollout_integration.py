@@ -128,3 +128,44 @@ async def test_duplicate_and_unknown_chunk_results_lose_nothing(tmp_path: Path) 
     assert all(s.token_ids == reference[: len(s.token_ids)] for s in samples)
     assert isinstance(stats, ActorStats)
     assert stats.counters["stale_results"] > 0 and stats.counters["unknown_results"] > 0
+
+
+async def test_a_generator_that_dies_mid_rollout_loses_no_sample(tmp_path: Path) -> None:
+    import anyio
+
+    config = rollout_config(
+        num_generators=2,
+        policy="divided",
+        chunk_size=8,
+        generator=TINY,
+        run_dir=str(tmp_path),
+        scheduler={"health_interval_s": 0.2, "health_timeout_s": 1.0},
+    )
+    prompts = [
+        PromptSpec(prompt_id=f"q{i}", token_ids=(3 + i, 4, 5), forced_lens=(150,) * 4)
+        for i in range(4)
+    ]
+    sampling = SamplingSpec(temperature=0.0, ignore_eos=True, max_new_tokens=160)
+    async with Rollout(config, mode="local") as rollout:
+        victim = rollout._cluster().status[("generator", 1)].process
+        assert victim is not None
+
+        async def kill_once_busy() -> None:  # after it has finished a few chunks
+            while True:
+                stats = await rollout._cluster().call("generator", 1, GetStats())
+                assert isinstance(stats, ActorStats)
+                if stats.counters["chunks"] >= 4:
+                    victim.kill()
+                    return
+                await anyio.sleep(0.01)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(kill_once_busy)
+            result = await rollout.generate_with_record(prompts, 4, sampling)
+        assert victim.wait(10) is not None  # it really died
+        stats = await rollout._cluster().call("scheduler", 0, GetStats())
+    for prompt, group in zip(prompts, result.groups, strict=True):
+        reference = _reference(prompt.token_ids, 150)
+        assert [s.token_ids for s in group.samples] == [reference] * 4
+    assert isinstance(stats, ActorStats) and stats.counters["generators_lost"] == 1
+    assert any(c["instance"] == 1 for c in result.record["chunks"])  # it had work when killed
