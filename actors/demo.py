@@ -1,4 +1,4 @@
-"""The demo topology that `seer run` drives until the RL loop lands.
+"""The demo topology that `seer demo` drives: the transport and runtime at work.
 
 A driver sends batches of symmetric matrices to the `Dispatcher`, which cuts each batch into
 shards and deals them to the `Worker`s, least-in-flight first; each worker computes the

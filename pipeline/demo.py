@@ -1,9 +1,8 @@
 """The demo job: a real multi-process topology doing real, checked work.
 
-Until the RL loop lands, `seer run` launches dispatcher, two workers and a collector as
-separate processes, streams batches of random symmetric matrices through them, checks
-every eigenvalue spectrum that comes back against a local computation, and prints what
-each actor did.
+`seer demo` launches dispatcher, two workers and a collector as separate processes,
+streams batches of random symmetric matrices through them, checks every eigenvalue
+spectrum that comes back against a local computation, and prints what each actor did.
 """
 
 from __future__ import annotations

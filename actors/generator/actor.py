@@ -101,7 +101,10 @@ class GeneratorActor(Actor):
         self.engine: TorchEngine | None = None
         self.pending: list[ChunkAssigned | EndRollout] = []
         self.wake = anyio.Event()
-        self.active: dict[str, tuple[ChunkAssigned, float]] = {}
+        self.active: dict[str, ChunkAssigned] = {}
+        # when the engine step that produced a chunk's first token began: the chunk's start
+        # (time spent queued or prefilling inside the engine before that is queueing delay)
+        self.started: dict[str, float] = {}
         self.parked: set[str] = set()
         self.buckets: dict[str, torch.Tensor] = {}
         self.new_weights: tuple[dict[str, torch.Tensor], int, anyio.Event] | None = None
@@ -178,8 +181,10 @@ class GeneratorActor(Actor):
             if engine.has_work():
                 start = time.time()
                 result = await anyio.to_thread.run_sync(engine.step)
+                for delta in result.deltas:
+                    self.started.setdefault(delta.request_id, start)
                 for chunk in result.finished:
-                    await self._report(chunk, start)
+                    await self._report(chunk)
                 await anyio.lowlevel.checkpoint()
             else:
                 await self.wake.wait()
@@ -194,12 +199,12 @@ class GeneratorActor(Actor):
                         engine.release(request_id)
                         self.parked.discard(request_id)
                 continue
-            self.active[msg.request_id] = (msg, time.time())
+            self.active[msg.request_id] = msg
             try:
                 engine.add(_chunk_request(msg))
             except EngineError as exc:
                 self.log.warning("chunk_refused", request=msg.request_id, error=str(exc))
-                await self._report(error_result(msg.request_id, exc, engine.weight_version), 0)
+                await self._report(error_result(msg.request_id, exc, engine.weight_version))
             else:
                 self.parked.discard(msg.request_id)
 
@@ -214,8 +219,9 @@ class GeneratorActor(Actor):
         self.log.info("weights_swapped", version=version, tensors=len(state))
         done.set()
 
-    async def _report(self, chunk: ChunkResult, step_start: float) -> None:
-        msg, added = self.active.pop(chunk.request_id)
+    async def _report(self, chunk: ChunkResult) -> None:
+        msg = self.active.pop(chunk.request_id)
+        end = time.time()
         self.num_chunks += 1
         if chunk.finish_reason == "chunk":
             self.parked.add(chunk.request_id)
@@ -228,8 +234,8 @@ class GeneratorActor(Actor):
             logprobs=chunk.logprobs,
             finish_reason=chunk.finish_reason,
             weight_version=chunk.weight_version,
-            start_time=added,
-            end_time=time.time(),
+            start_time=self.started.pop(chunk.request_id, end),
+            end_time=end,
             cached_tokens=chunk.num_cached_tokens,
             load=self.load_info(),
             error=chunk.error or "",

@@ -190,7 +190,7 @@ class SchedulerActor(Actor):
             )
             await self.send_to("estimator", 0, done)
         if run.core.is_done:
-            await self._finish(run, msg)
+            await self._finish(run)
         else:
             await self._send_chunks()
 
@@ -219,7 +219,7 @@ class SchedulerActor(Actor):
                 ),
             )
 
-    async def _finish(self, run: Rollout, last: ChunkFinished) -> None:
+    async def _finish(self, run: Rollout) -> None:
         self.current = None
         for k, v in run.core.counters.items():
             self.totals[k] = self.totals.get(k, 0.0) + v

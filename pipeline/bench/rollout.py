@@ -4,9 +4,10 @@ The workload (pipeline.rollout.workload) has the shape of RL rollouts: long-tail
 group-correlated output lengths, generated with ignore_eos up to per-sample targets that
 only the engine and the oracle see. One topology (splitter, estimator, scheduler, 2
 generator processes with a small KV budget) runs `baseline`, `divided`, `context_aware`
-and `oracle` on the same prompts, seeds and model, one after the other. Before that, the
-same model runs in this process to measure the per-token costs the lower bound needs:
-the full-batch cost (steps with every slot decoding) and the longest request alone.
+and `oracle` on the same prompts, seeds and model, interleaved and repeated (3 times by
+default; the table and JSON report medians). Before that, the same model runs in this
+process to measure the per-token costs the lower bound needs: the full-batch cost (steps
+with every slot decoding) and the longest request alone.
 """
 
 from __future__ import annotations
@@ -218,7 +219,6 @@ def run(
     trace_path = folder / "rollout-trace.json"
     summary["trace"] = str(save_trace(median_runs[policies[-1]], trace_path))
     json_path = json_path or str(folder / "rollout-bench.json")
-    if json_path:
-        Path(json_path).write_text(json.dumps(summary, indent=2, default=float))
-        console.print(f"wrote {json_path}, {summary['timeline_png']}, {summary['trace']}")
+    Path(json_path).write_text(json.dumps(summary, indent=2, default=float))
+    console.print(f"wrote {json_path}, {summary['timeline_png']}, {summary['trace']}")
     return summary

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
-import os
 import statistics
 import tempfile
 import time
@@ -146,7 +145,7 @@ def _with_peer(target: Any, address: str, n: int, drive: Any) -> Any:
     out = spawn.Queue()
     child = spawn.Process(target=target, args=(address, n, out), daemon=True)
     child.start()
-    timeout = float(os.environ.get("SEER_BENCH_TIMEOUT", 120))
+    timeout = 120.0
     try:
         if out.get(timeout=60) != "bound":
             raise RuntimeError("benchmark peer failed to start")

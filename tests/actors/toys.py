@@ -51,11 +51,11 @@ class BrokenStart(Actor):
 class DuplicatingGenerator(GeneratorActor):
     """Sends every chunk result twice, and a result for a request nobody asked for."""
 
-    async def _report(self, chunk: ChunkResult, step_start: float) -> None:
-        msg = self.active[chunk.request_id][0]
-        self.active[chunk.request_id + "copy"] = self.active[chunk.request_id]
-        await super()._report(chunk, step_start)
-        await super()._report(replace(chunk, request_id=chunk.request_id + "copy"), step_start)
+    async def _report(self, chunk: ChunkResult) -> None:
+        msg = self.active[chunk.request_id]
+        self.active[chunk.request_id + "copy"] = msg
+        await super()._report(chunk)
+        await super()._report(replace(chunk, request_id=chunk.request_id + "copy"))
         bogus = ChunkFinished(
             rollout_id=msg.rollout_id,
             request_id="nobody;",
