@@ -10,7 +10,7 @@ TORCH := torch==2.13.0
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py actors/drafts/_suffix_tree.cpp
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check $(TORCH)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'

@@ -64,6 +64,7 @@ class ActorContext:
     handle_signals: bool = False
     parent_pid: int | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    peers: tuple[str, ...] = ()  # the roles of the topology (optional actors are looked up)
 
     @property
     def name(self) -> str:
@@ -142,6 +143,10 @@ class Actor:
 
     async def send_to(self, role: str, index: int, msg: Message) -> None:
         await self.mailbox.send_to(role, index, msg)
+
+    def has_peer(self, role: str) -> bool:
+        """Whether the topology has actors of `role` (for optional peers like "drafts")."""
+        return role in self.ctx.peers
 
     async def call(self, role: str, index: int, msg: Message, timeout: float = 10.0) -> Message:
         return await self.mailbox.call(role, index, msg, timeout)

@@ -1,6 +1,7 @@
 """RequestSplitter: a prompt batch becomes groups of single-sample requests.
 
-Consumes `PromptBatch` (driver). Emits `GroupsOpened` to the length estimator first, then
+Consumes `PromptBatch` (driver). Emits `GroupsOpened` to the length estimator (and the
+draft store, when the topology has one) first, then
 one `RequestsAdded` with every request to the scheduler. Each prompt becomes a group of
 `group_size` requests, one engine request per sample (never `n > 1`); sample 0 of every
 group is its probe. Request ids end with ";" so that no id is a prefix of another (SGLang
@@ -15,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from actors.base import Actor, Handler
+from actors.drafts.store import PROMPT_TAIL_TOKENS
 from transport.messages import (
     GroupInfo,
     GroupsOpened,
@@ -41,7 +43,12 @@ def split(batch: PromptBatch) -> tuple[tuple[GroupInfo, ...], tuple[RequestSpec,
             raise ValueError(f"prompt {prompt.prompt_id!r}: one forced length per sample")
         group_id = f"{batch.rollout_id}:g{g}"
         groups.append(
-            GroupInfo(group_id=group_id, prompt_id=prompt.prompt_id, size=batch.group_size)
+            GroupInfo(
+                group_id=group_id,
+                prompt_id=prompt.prompt_id,
+                size=batch.group_size,
+                prompt_tail=prompt.token_ids[-PROMPT_TAIL_TOKENS:],
+            )
         )
         for i in range(batch.group_size):
             seed = batch.sampling.seed
@@ -77,6 +84,8 @@ class RequestSplitter(Actor):
             rollout_id=msg.rollout_id, groups=groups, generation_limit=msg.sampling.max_new_tokens
         )
         await self.send_to("estimator", 0, opened)
+        if self.has_peer("drafts"):
+            await self.send_to("drafts", 0, opened)
         added = RequestsAdded(rollout_id=msg.rollout_id, requests=requests, policy=msg.policy)
         await self.send_to("scheduler", 0, added)
         self.log.info(

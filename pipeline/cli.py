@@ -11,6 +11,7 @@ BENCHES = {
     "transport": "pipeline.bench.transport",
     "engine": "pipeline.bench.engine",
     "rollout": "pipeline.bench.rollout",
+    "drafts": "pipeline.bench.drafts",
 }
 
 
@@ -129,6 +130,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             chunk_size=args.chunk_size,
             repeats=args.repeats,
         )
+    elif args.name == "drafts":
+        module.run(args.json, quick=args.quick, repeats=args.repeats)
     else:
         module.run(args.json, quick=args.quick)
     return 0
@@ -173,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="smaller sizes (smoke test)")
     bench.add_argument("--trace", help="rollout: replay this recorded trace's workload")
     bench.add_argument("--chunk-size", type=int, default=128, help="rollout: tokens per chunk")
-    bench.add_argument("--repeats", type=int, help="rollout: runs per policy (median)")
+    bench.add_argument("--repeats", type=int, help="rollout, drafts: runs per variant (median)")
     bench.set_defaults(fn=_cmd_bench)
     keys = sub.add_parser("keys", help="create a CURVE key pair for tcp deployments")
     keys.add_argument("directory")

@@ -27,6 +27,7 @@ ACTOR_KINDS: dict[str, str] = {
     "scheduler": "actors.scheduler.actor:SchedulerActor",
     "generator": "actors.generator.actor:GeneratorActor",
     "trainer": "actors.trainer.actor:TrainerActor",
+    "drafts": "actors.drafts.actor:DraftTreeStoreActor",
 }
 
 
@@ -94,6 +95,7 @@ def build_actor(
         handle_signals=not in_process,
         parent_pid=None if in_process else _parent_pid(),
         extra=extra,
+        peers=tuple(config.topology.roles),
     )
     return cls(ctx)
 

@@ -17,6 +17,7 @@ COLUMNS = (
     ("train_s", "train s", "{:.2f}"),
     ("throughput_tok_s", "tok/s", "{:.0f}"),
     ("tail_s", "tail s", "{:.2f}"),
+    ("mean_accept_len", "accept", "{:.2f}"),
     ("output_tokens", "tokens", "{:d}"),
     ("weight_version", "version", "{:d}"),
     ("eval_reward", "eval", "{:.3f}"),
@@ -61,8 +62,9 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
         ("train_s", "train s"),
         ("throughput_tok_s", "tok/s"),
         ("tail_s", "tail s"),
+        ("mean_accept_len", "accept len"),
     ):
-        values = [float(r[key]) for r in rows]
+        values = [float(r.get(key, 0.0)) for r in rows]
         table.add_row(
             label,
             f"{values[0]:.3g}",

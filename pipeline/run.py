@@ -75,6 +75,8 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 "train_s": time.perf_counter() - start,
                 "throughput_tok_s": metrics["throughput_tok_s"],
                 "tail_s": metrics["tail_s"],
+                "mean_accept_len": metrics["mean_accept_len"],
+                "spec_accept_rate": metrics["spec_accept_rate"],
                 "output_tokens": metrics["output_tokens"],
                 "weight_version": report.version,
                 "policy": cfg.policy or "context_aware",

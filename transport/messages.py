@@ -216,9 +216,13 @@ class RequestSpec(Struct):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GroupInfo(Struct):
+    """`prompt_tail`: the prompt's last tokens, which the draft store puts before every
+    sibling's response so drafts can start at the first response token."""
+
     group_id: str
     prompt_id: str
     size: int
+    prompt_tail: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -240,6 +244,17 @@ class LoadInfo(Struct):
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     per_token_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpecStats(Struct):
+    """Speculation over one chunk: verify steps, draft nodes offered and accepted.
+    Mean acceptance length (bonus token included) = tokens / steps."""
+
+    steps: int = 0
+    tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -299,6 +314,8 @@ class ChunkAssigned(Message):
     total_limit: int
     sampling: SamplingSpec
     weight_version: int
+    group_id: str = ""
+    is_probe: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -318,6 +335,7 @@ class ChunkFinished(Message):
     cached_tokens: int
     load: LoadInfo
     error: str = ""
+    spec: SpecStats | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -389,6 +407,76 @@ class WeightsPublished(Message):
     """Driver -> scheduler: the weight version every new chunk must be generated with."""
 
     version: int
+
+
+# --- drafts: generators <-> draft-tree store (Seer's DGDS) ----------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenAppend(Struct):
+    """Tokens `start .. start + len(token_ids)` of one request's response, written by the
+    generator running chunk `chunk_seq` of it."""
+
+    group_id: str
+    request_id: str
+    chunk_seq: int
+    start: int
+    token_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokensAppended(Message):
+    """Generator -> draft store (one-way, batched)."""
+
+    appends: tuple[TokenAppend, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SeqCursor(Struct):
+    """What a replica holds of one sequence: `count` tokens at store epoch `epoch`."""
+
+    group_id: str
+    seq: str
+    epoch: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SyncDrafts(Message):
+    """Generator -> draft store (call): the groups it drafts for and what it already has
+    of their sequences (`own`: sequences it writes itself and wants nothing of)."""
+
+    groups: tuple[str, ...]
+    cursors: tuple[SeqCursor, ...]
+    own: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SeqDelta(Struct):
+    """Tokens `start ..` of a sequence at `epoch`; `start == 0` with a new epoch means the
+    replica must drop what it has of the sequence and replay from here."""
+
+    group_id: str
+    seq: str
+    epoch: int
+    start: int
+    token_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DraftDeltas(Message):
+    """Draft store -> generator: what its replicas lack; `closed` groups are gone."""
+
+    deltas: tuple[SeqDelta, ...]
+    closed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupsClosed(Message):
+    """Scheduler -> draft store: every sample of these groups finished."""
+
+    rollout_id: str
+    group_ids: tuple[str, ...]
 
 
 # --- training: driver -> trainer -> generators ---------------------------------------
@@ -471,6 +559,10 @@ REGISTRY: Final[dict[int, type[Message]]] = {
     51: TrainReport,
     52: SaveCheckpoint,
     53: LoadCheckpoint,
+    60: TokensAppended,
+    61: SyncDrafts,
+    62: DraftDeltas,
+    63: GroupsClosed,
 }
 
 

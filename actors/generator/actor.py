@@ -3,7 +3,15 @@
 Consumes `ChunkAssigned` (scheduler), `EndRollout` (drop parked KV), `WeightsBucket`
 (versioned weights; the last bucket commits them once the engine is idle; the call is
 answered after the swap), `GetLoad`. Emits one `ChunkFinished` per chunk to the scheduler,
-with the tokens, logprobs, finish reason, timing and the generator's load and counters.
+with the tokens, logprobs, finish reason, timing, speculation statistics and the
+generator's load and counters.
+
+Speculation (`spec_*` options, see `actors.drafts.policy.SpecConfig`): before each step the
+`Speculator` drafts for the decoding requests from local suffix-tree replicas; with mode
+"group" a background task pushes this generator's new tokens to the draft store
+(`TokensAppended`) and pulls what its replicas lack (`SyncDrafts`) every
+`spec_sync_interval_s`. A store that does not answer costs drafts, never progress: decoding
+goes on with what the replicas hold (this generator's own requests) and the sync retries.
 
 All engine calls happen in one task, the step loop: handlers only queue work, so an engine
 step (run in a worker thread, torch releases the GIL) never races with `add`. A chunk the
@@ -22,20 +30,25 @@ import anyio
 import torch
 
 from actors.base import Actor, ActorContext, Handler
+from actors.drafts.policy import SpecConfig
+from actors.drafts.speculator import Speculator
 from actors.generator.config import EngineConfig
 from actors.generator.engine import ChunkRequest, ChunkResult, SamplingParams, error_result
 from actors.generator.errors import EngineError
 from actors.generator.torch_engine import TorchEngine
 from actors.model import LlamaModel, ModelConfig, load_model
+from transport.errors import TransportError
 from transport.messages import (
     Ack,
     ChunkAssigned,
     ChunkFinished,
+    DraftDeltas,
     EndRollout,
     GetLoad,
     LoadInfo,
     LoadReport,
     Message,
+    TokensAppended,
     WeightsBucket,
 )
 
@@ -60,6 +73,34 @@ class GeneratorOptions:
     num_threads: int = 1
     eos_token_id: int | None = None
     profile: bool = False
+    spec_mode: str = "group"
+    spec_budget: str = "adaptive"
+    spec_fixed_len: int = 4
+    spec_g_max: int = 8
+    spec_probe_weight: float = 2.0
+    spec_paths: int = 4
+    spec_multipath_max_batch: int = 4
+    spec_min_prob: float = 0.1
+    spec_max_match: int = 32
+    spec_tree_depth: int = 64
+    spec_sync_interval_s: float = 0.02
+    spec_store_timeout_s: float = 2.0
+
+    def spec_config(self) -> SpecConfig:
+        return SpecConfig(
+            mode=self.spec_mode,  # type: ignore[arg-type]  # validated by SpecConfig
+            budget=self.spec_budget,  # type: ignore[arg-type]
+            fixed_len=self.spec_fixed_len,
+            g_max=self.spec_g_max,
+            probe_weight=self.spec_probe_weight,
+            paths=self.spec_paths,
+            multipath_max_batch=self.spec_multipath_max_batch,
+            min_prob=self.spec_min_prob,
+            max_match=self.spec_max_match,
+            tree_depth=self.spec_tree_depth,
+            sync_interval_s=self.spec_sync_interval_s,
+            store_timeout_s=self.spec_store_timeout_s,
+        )
 
     def model_config(self) -> ModelConfig:
         return ModelConfig(
@@ -109,6 +150,10 @@ class GeneratorActor(Actor):
         self.buckets: dict[str, torch.Tensor] = {}
         self.new_weights: tuple[dict[str, torch.Tensor], int, anyio.Event] | None = None
         self.num_chunks = 0
+        self.spec_config = self.opts.spec_config()
+        self.spec: Speculator | None = None
+        self.store_ok = True
+        self.num_store_failures = 0
 
     def handlers(self) -> Mapping[type[Message], Handler]:
         return {
@@ -119,8 +164,14 @@ class GeneratorActor(Actor):
         }
 
     async def on_start(self) -> None:
-        self.engine = await anyio.to_thread.run_sync(build_engine, self.opts)
+        self.engine = engine = await anyio.to_thread.run_sync(build_engine, self.opts)
+        cfg = self.spec_config
+        if cfg.mode != "off" and cfg.budget == "adaptive":
+            await anyio.to_thread.run_sync(lambda: engine.profile)  # T(B, g) for the policy
+        self.spec = Speculator(cfg, engine.step_time)
         self.start_soon(self._step_loop)
+        if cfg.mode == "group" and self.has_peer("drafts"):
+            self.start_soon(self._sync_loop)
 
     async def handle_chunk_assigned(self, msg: ChunkAssigned) -> None:
         self.pending.append(msg)
@@ -165,7 +216,20 @@ class GeneratorActor(Actor):
         )
 
     def counters(self) -> dict[str, float]:
-        return {"chunks": self.num_chunks}
+        spec = self._spec()
+        return {
+            "chunks": self.num_chunks,
+            "spec_steps": spec.totals["steps"],
+            "spec_tokens": spec.totals["tokens"],
+            "spec_drafted": spec.totals["drafted"],
+            "spec_accepted": spec.totals["accepted"],
+            "store_failures": self.num_store_failures,
+        }
+
+    def _spec(self) -> Speculator:
+        if self.spec is None:
+            raise RuntimeError("speculator not started")
+        return self.spec
 
     def _engine(self) -> TorchEngine:
         if self.engine is None:
@@ -179,8 +243,11 @@ class GeneratorActor(Actor):
             if self.new_weights is not None and not engine.has_work():
                 self._swap_weights(engine)
             if engine.has_work():
+                decoding = engine.decoding_request_ids()
+                drafts = self._spec().drafts(decoding)
                 start = time.time()
-                result = await anyio.to_thread.run_sync(engine.step)
+                result = await anyio.to_thread.run_sync(engine.step, drafts)
+                self._spec().observe(result, decoding)
                 for delta in result.deltas:
                     self.started.setdefault(delta.request_id, start)
                 for chunk in result.finished:
@@ -198,8 +265,17 @@ class GeneratorActor(Actor):
                     if request_id in self.parked:
                         engine.release(request_id)
                         self.parked.discard(request_id)
+                self._spec().forget(msg.request_ids)
                 continue
             self.active[msg.request_id] = msg
+            self._spec().start(
+                msg.request_id,
+                msg.group_id,
+                msg.chunk_seq,
+                msg.prompt_ids,
+                msg.generated_ids,
+                msg.is_probe,
+            )
             try:
                 engine.add(_chunk_request(msg))
             except EngineError as exc:
@@ -239,8 +315,37 @@ class GeneratorActor(Actor):
             cached_tokens=chunk.num_cached_tokens,
             load=self.load_info(),
             error=chunk.error or "",
+            spec=self._spec().end(chunk.request_id),
         )
         await self.send_to("scheduler", 0, done)
+
+    async def _sync_loop(self) -> None:
+        """Push new tokens to the draft store, pull what the replicas lack; never blocks
+        decoding, and backs off while the store does not answer."""
+        spec, cfg = self._spec(), self.spec_config
+        client = spec.client
+        assert client is not None
+        while True:
+            await anyio.sleep(cfg.sync_interval_s if self.store_ok else 1.0)
+            appends = client.take_appends()
+            request = client.sync_message()
+            try:
+                with anyio.fail_after(cfg.store_timeout_s):
+                    if appends:
+                        await self.send_to("drafts", 0, TokensAppended(appends=appends))
+                    if request is not None:
+                        reply = await self.call("drafts", 0, request, timeout=cfg.store_timeout_s)
+                        if isinstance(reply, DraftDeltas):
+                            client.apply(reply)
+            except (TransportError, TimeoutError) as exc:
+                self.num_store_failures += 1
+                if self.store_ok:
+                    self.log.warning("draft_store_unreachable", error=f"{type(exc).__name__}")
+                self.store_ok = False
+            else:
+                if not self.store_ok:
+                    self.log.info("draft_store_back")
+                self.store_ok = True
 
 
 def _chunk_request(msg: ChunkAssigned) -> ChunkRequest:

@@ -2,8 +2,9 @@
 
 Consumes `RequestsAdded` (splitter), `ChunkFinished` (generators), `EstimateUpdated`
 (estimator), `WeightsPublished` (driver). Emits `ChunkAssigned` to generators,
-`RequestFinished` to the estimator, `EndRollout` to generators and `RolloutFinished` (or
-`RolloutFailed`) to the driver. Decisions live in the pure `SchedulerCore` and its policy;
+`RequestFinished` to the estimator, `GroupsClosed` to the draft store (when the topology
+has one), `EndRollout` to generators and `RolloutFinished` (or `RolloutFailed`) to the
+driver. Decisions live in the pure `SchedulerCore` and its policy;
 this shell keeps each request's tokens, logprobs and timing, and the rollout record.
 
 A chunk result for an unknown request, or a stale/duplicate one (wrong chunk sequence), is
@@ -32,6 +33,7 @@ from transport.messages import (
     EndRollout,
     EstimateUpdated,
     GetLoad,
+    GroupsClosed,
     LoadInfo,
     LoadReport,
     Message,
@@ -65,6 +67,7 @@ class Rollout:
     book: RunBook
     policy: str
     dispatched: dict[tuple[str, int], float] = field(default_factory=dict)
+    unfinished: dict[str, int] = field(default_factory=dict)  # group -> samples left
 
 
 class SchedulerActor(Actor):
@@ -137,6 +140,8 @@ class SchedulerActor(Actor):
         start_loads = [await self._load_or_last(i) for i in range(self.opts.num_generators)]
         book = RunBook(msg.rollout_id, name, msg.requests, start_loads, time.time())
         self.current = Rollout(msg.rollout_id, core, book, name)
+        for r in msg.requests:
+            self.current.unfinished[r.group_id] = self.current.unfinished.get(r.group_id, 0) + 1
         for load in start_loads:
             core.update_load(_instance_load(load))
         for i in self.down:  # lost in an earlier rollout: nothing goes there
@@ -189,10 +194,18 @@ class SchedulerActor(Actor):
                 context_len=len(spec.prompt_ids) + output_len,
             )
             await self.send_to("estimator", 0, done)
+            await self._group_progress(run, spec.group_id)
         if run.core.is_done:
             await self._finish(run)
         else:
             await self._send_chunks()
+
+    async def _group_progress(self, run: Rollout, group_id: str) -> None:
+        """The draft store frees a group's tree once all of its samples are done."""
+        run.unfinished[group_id] -= 1
+        if run.unfinished[group_id] == 0 and self.has_peer("drafts"):
+            closed = GroupsClosed(rollout_id=run.rollout_id, group_ids=(group_id,))
+            await self.send_to("drafts", 0, closed)
 
     async def _send_chunks(self) -> None:
         run = self.current
@@ -216,6 +229,8 @@ class SchedulerActor(Actor):
                     total_limit=total,
                     sampling=spec.sampling,
                     weight_version=self.weight_version,
+                    group_id=spec.group_id,
+                    is_probe=spec.is_probe,
                 ),
             )
 

@@ -60,6 +60,10 @@ class RunBook:
                 "generated_before": before,
                 "reprefill_tokens": reprefill,
                 "finish_reason": msg.finish_reason,
+                "spec_steps": msg.spec.steps if msg.spec else 0,
+                "spec_tokens": msg.spec.tokens if msg.spec else 0,
+                "spec_drafted": msg.spec.drafted if msg.spec else 0,
+                "spec_accepted": msg.spec.accepted if msg.spec else 0,
             }
         )
         if msg.finish_reason != "chunk":

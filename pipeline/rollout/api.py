@@ -91,8 +91,11 @@ def rollout_config(
     scheduler: Mapping[str, Any] | None = None,
     run_id: str | None = None,
     run_dir: str = "",
+    drafts: Mapping[str, Any] | None = None,
 ) -> PipelineConfig:
-    """The rollout topology: splitter, estimator, scheduler and `num_generators` generators."""
+    """The rollout topology: splitter, estimator, scheduler, `num_generators` generators and,
+    when the generators speculate from their groups (`spec_mode` "group", the default), the
+    draft-tree store (options: `drafts`)."""
     gen_opts = dict(generator or {})
     sched_opts = {
         "policy": policy,
@@ -109,6 +112,9 @@ def rollout_config(
             ActorGroup(role="generator", kind="generator", count=num_generators, options=gen_opts),
         )
     )
+    if gen_opts.get("spec_mode", "group") == "group":
+        store = ActorGroup(role="drafts", kind="drafts", options=dict(drafts or {}))
+        topology = Topology(actors=(*topology.actors, store))
     extra: dict[str, Any] = {} if run_id is None else {"run_id": run_id}
     return PipelineConfig(topology=topology, transport=TransportConfig(run_dir=run_dir), **extra)
 

@@ -15,6 +15,9 @@ Definitions (all times in seconds since the rollout started):
 - ``reprefill_tokens``: sum over chunks (what the scheduler saw); ``engine_reprefill_tokens``,
   ``preemptions``, ``recomputed_tokens``, ``drafted_tokens``, ``accepted_tokens``: sums of the
   engine-side instance counters.
+- ``mean_accept_len``: tokens emitted per verify (decode) step, bonus token included (1.0
+  without speculation); ``spec_drafted_tokens`` / ``spec_accepted_tokens``: draft nodes
+  offered and accepted, from the chunks; ``spec_accept_rate`` = accepted / drafted.
 - ``queueing_delay_s``: mean and p90 of chunk start_s - dispatched_s (``chunk_*``), and of a
   request's first chunk start_s - its arrival_s (``first_chunk_*``).
 - ``lower_bound_s`` = max(output_tokens * per_token_s / num_instances,
@@ -74,11 +77,27 @@ def compute_metrics(record: RolloutRecord, *, per_token_s: float | None = None) 
         "recomputed_tokens": sum(c.recomputed_tokens for c in counters),
         "drafted_tokens": sum(c.drafted_tokens for c in counters),
         "accepted_tokens": sum(c.accepted_tokens for c in counters),
+        **speculation_metrics(record.chunks),
         "queueing_delay_s": queueing_delays(record),
         "per_token_s": cost,
         "per_token_source": source,
         "lower_bound_s": lower,
         "efficiency": lower / makespan if makespan > 0 else 0.0,
+    }
+
+
+def speculation_metrics(chunks: Sequence[ChunkRecord]) -> dict[str, float]:
+    """Mean acceptance length (tokens per verify step, bonus token included: 1.0 without
+    speculation), draft nodes offered and accepted, and the acceptance rate."""
+    steps = sum(c.spec_steps for c in chunks)
+    drafted = sum(c.spec_drafted for c in chunks)
+    accepted = sum(c.spec_accepted for c in chunks)
+    return {
+        "spec_steps": steps,
+        "mean_accept_len": sum(c.spec_tokens for c in chunks) / steps if steps else 0.0,
+        "spec_drafted_tokens": drafted,
+        "spec_accepted_tokens": accepted,
+        "spec_accept_rate": accepted / drafted if drafted else 0.0,
     }
 
 

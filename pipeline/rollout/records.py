@@ -7,7 +7,8 @@ Contract:
   finished. `generated_before` is the request's committed output length at dispatch;
   `reprefill_tokens` the tokens the engine had to prefill again because the KV was not there
   (a moved or evicted request). `finish_reason` is "chunk" (chunk budget used up, the request
-  goes back to the buffer), "stop", "length", "abort" or "error".
+  goes back to the buffer), "stop", "length", "abort" or "error". `spec_*`: the chunk's
+  verify steps, the tokens they emitted, and the draft nodes offered and accepted.
 - `RequestRecord`: one sample of a group, from arrival at the scheduler to its final result.
 - `InstanceCounters`: engine-side totals for one generator instance over the rollout.
 - `RolloutRecord`: everything above plus the policy name, the number of instances and the
@@ -39,6 +40,10 @@ class ChunkRecord:
     generated_before: int
     reprefill_tokens: int
     finish_reason: str
+    spec_steps: int = 0
+    spec_tokens: int = 0
+    spec_drafted: int = 0
+    spec_accepted: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,0 +1,244 @@
+"""DraftClient: a generator's local replicas of the draft trees it speculates from.
+
+Pure and synchronous: the generator actor feeds it and moves its messages.
+- `start(...)` when a chunk begins here: the request's sequence in its group's replica is
+  set to the tokens the chunk starts from, and an incremental matcher is fed its context.
+- `extend(rid, tokens)` after each engine step: the request's own tokens go into the
+  local replica at once (so self-drafting never waits for the store) and are queued for
+  the store (`take_appends`).
+- `sync_message()` / `apply(deltas)`: the background sync names the groups with running
+  requests and what the replicas already hold; the store answers with only the missing
+  tokens, which are replayed into the replicas (a new epoch means: drop and replay).
+- `speculate(rid, ...)` drafts from the replica with no network round trip.
+Mode "self" keeps one private tree per request (SuffixDecoding over the request's own
+output, no store); mode "group" shares one tree per group across siblings via the store.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from actors.drafts.store import PROMPT_TAIL_TOKENS
+from actors.drafts.suffix_tree import Matcher, SpecResult, SuffixTree
+from transport.messages import DraftDeltas, SeqCursor, SyncDrafts, TokenAppend
+
+DraftMode = Literal["self", "group"]
+
+
+@dataclass
+class _Seq:
+    tree_id: int
+    tokens: list[int] = field(default_factory=list)
+    epoch: int = 0
+    in_tree: bool = False  # a sequence enters the tree with its first token, as in the store
+
+
+class GroupReplica:
+    """A local copy of one group's tree: each sequence is prompt tail + tokens."""
+
+    def __init__(self, group_id: str, prompt_tail: Sequence[int], max_depth: int) -> None:
+        self.group_id = group_id
+        self.prompt_tail = tuple(prompt_tail)
+        self.tree = SuffixTree(max_depth)
+        self.seqs: dict[str, _Seq] = {}
+        self.own: set[str] = set()
+        self._next_id = 0
+
+    def set_tokens(self, key: str, tokens: Sequence[int], epoch: int) -> None:
+        """Make sequence `key` exactly `tokens` (appends when it is a prefix of them)."""
+        seq = self.seqs.get(key)
+        if seq is not None and seq.tokens == list(tokens[: len(seq.tokens)]):
+            self.extend(key, tokens[len(seq.tokens) :])
+            seq.epoch = epoch
+            return
+        if seq is not None and seq.in_tree:
+            self.tree.remove(seq.tree_id)
+        self.seqs[key] = _Seq(self._next_id, [], epoch)
+        self._next_id += 1
+        self.extend(key, tokens)
+
+    def extend(self, key: str, tokens: Sequence[int]) -> None:
+        seq = self.seqs.get(key)
+        if seq is None:
+            self.set_tokens(key, tokens, 0)
+            return
+        if not tokens:
+            return
+        seq.tokens.extend(tokens)
+        if seq.in_tree:
+            self.tree.append(seq.tree_id, tokens)
+        else:
+            self.tree.append(seq.tree_id, [*self.prompt_tail, *seq.tokens])
+            seq.in_tree = True
+
+    def apply(self, key: str, epoch: int, start: int, tokens: Sequence[int]) -> bool:
+        """Replay a store delta; False (nothing changed) when it does not fit."""
+        seq = self.seqs.get(key)
+        if start == 0 and (seq is None or seq.epoch != epoch or not seq.tokens):
+            self.set_tokens(key, tokens, epoch)
+            return True
+        if seq is None or seq.epoch != epoch or start != len(seq.tokens):
+            return False
+        self.extend(key, tokens)
+        return True
+
+    def cursors(self) -> list[SeqCursor]:
+        return [
+            SeqCursor(group_id=self.group_id, seq=k, epoch=s.epoch, count=len(s.tokens))
+            for k, s in self.seqs.items()
+            if k not in self.own
+        ]
+
+
+@dataclass
+class _Running:
+    group: str
+    chunk_seq: int
+    matcher: Matcher
+    num_tokens: int  # the request's response tokens so far (the store's `start`)
+
+
+class DraftClient:
+    def __init__(
+        self,
+        mode: DraftMode = "group",
+        *,
+        max_depth: int = 64,
+        max_match: int = 32,
+        slack: int = 8,
+        max_replicas: int = 1024,
+    ) -> None:
+        if mode not in ("self", "group"):
+            raise ValueError(f"draft mode must be 'self' or 'group', got {mode!r}")
+        self.mode: DraftMode = mode
+        self.max_depth = max_depth
+        self.max_match = max_match
+        self.slack = slack
+        self.max_replicas = max_replicas
+        self.replicas: OrderedDict[str, GroupReplica] = OrderedDict()
+        self.running: dict[str, _Running] = {}
+        self._appends: list[TokenAppend] = []
+        self._group_of: dict[str, str] = {}
+        self.counters = {"synced_tokens": 0, "misfit_deltas": 0, "closed_groups": 0}
+
+    # ---- requests --------------------------------------------------------------------
+    def start(
+        self,
+        request_id: str,
+        group_id: str,
+        chunk_seq: int,
+        prompt_ids: Sequence[int],
+        generated_ids: Sequence[int],
+    ) -> None:
+        gid = request_id if self.mode == "self" or not group_id else group_id
+        replica = self._replica(gid, prompt_ids[-PROMPT_TAIL_TOKENS:])
+        seq = replica.seqs.get(request_id)
+        replica.set_tokens(request_id, generated_ids, seq.epoch if seq else 0)
+        replica.own.add(request_id)
+        matcher = replica.tree.matcher(self.max_match, self.slack)
+        matcher.feed([*prompt_ids[-self.max_match :], *generated_ids][-self.max_match :])
+        self.running[request_id] = _Running(gid, chunk_seq, matcher, len(generated_ids))
+        self._group_of[request_id] = gid
+
+    def extend(self, request_id: str, tokens: Sequence[int]) -> None:
+        run = self.running.get(request_id)
+        if run is None or not tokens:
+            return
+        replica = self.replicas.get(run.group)
+        if replica is not None:
+            replica.extend(request_id, tokens)
+        run.matcher.feed(tokens)
+        if self.mode == "group":
+            self._appends.append(
+                TokenAppend(
+                    group_id=run.group,
+                    request_id=request_id,
+                    chunk_seq=run.chunk_seq,
+                    start=run.num_tokens,
+                    token_ids=tuple(tokens),
+                )
+            )
+        run.num_tokens += len(tokens)
+
+    def end(self, request_id: str) -> None:
+        """The request's chunk ended here: its sequence is now the store's to update."""
+        run = self.running.pop(request_id, None)
+        if run is None:
+            return
+        replica = self.replicas.get(run.group)
+        if replica is not None:
+            replica.own.discard(request_id)
+
+    def speculate(
+        self, request_id: str, *, max_tokens: int, top_k_paths: int = 1, min_prob: float = 0.1
+    ) -> SpecResult | None:
+        run = self.running.get(request_id)
+        if run is None or max_tokens <= 0:
+            return None
+        return run.matcher.speculate(
+            max_tokens=max_tokens, top_k_paths=top_k_paths, min_prob=min_prob
+        )
+
+    def forget(self, request_ids: Sequence[str]) -> None:
+        """Drop the replicas of these requests' groups (a rollout ended)."""
+        groups = {self._group_of.pop(r) for r in request_ids if r in self._group_of}
+        self.drop_groups(sorted(groups))
+
+    def drop_groups(self, group_ids: Sequence[str]) -> None:
+        busy = {r.group for r in self.running.values()}
+        for gid in group_ids:
+            if gid not in busy:
+                self.replicas.pop(gid, None)
+
+    # ---- store traffic ---------------------------------------------------------------
+    def take_appends(self) -> tuple[TokenAppend, ...]:
+        out, self._appends = tuple(self._appends), []
+        return out
+
+    def sync_message(self) -> SyncDrafts | None:
+        """What to ask the store for: None in self mode or with nothing running."""
+        if self.mode != "group":
+            return None
+        groups = sorted({r.group for r in self.running.values()})
+        if not groups:
+            return None
+        cursors: list[SeqCursor] = []
+        own: list[str] = []
+        for gid in groups:
+            replica = self.replicas[gid]
+            cursors.extend(replica.cursors())
+            own.extend(replica.own)
+        return SyncDrafts(groups=tuple(groups), cursors=tuple(cursors), own=tuple(own))
+
+    def apply(self, msg: DraftDeltas) -> None:
+        for d in msg.deltas:
+            replica = self.replicas.get(d.group_id)
+            if replica is None or d.seq in replica.own:
+                continue
+            if replica.apply(d.seq, d.epoch, d.start, d.token_ids):
+                self.counters["synced_tokens"] += len(d.token_ids)
+            else:
+                self.counters["misfit_deltas"] += 1
+        self.counters["closed_groups"] += len(msg.closed)
+        self.drop_groups(msg.closed)
+
+    # ---- internals -------------------------------------------------------------------
+    def _replica(self, gid: str, prompt_tail: Sequence[int]) -> GroupReplica:
+        replica = self.replicas.get(gid)
+        if replica is None:
+            replica = self.replicas[gid] = GroupReplica(gid, prompt_tail, self.max_depth)
+            self._evict()
+        self.replicas.move_to_end(gid)
+        return replica
+
+    def _evict(self) -> None:
+        busy = {r.group for r in self.running.values()}
+        for gid in list(self.replicas):
+            if len(self.replicas) <= self.max_replicas:
+                break
+            if gid not in busy:
+                del self.replicas[gid]
+

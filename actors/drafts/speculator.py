@@ -1,0 +1,135 @@
+"""Speculator: what a generator does around each engine step to speculate.
+
+Before a step, `drafts(decoding_ids)` asks the draft client for each decoding request's
+best nodes (chains, or top-k multi-path trees in the tail), lets the policy split the
+step's budget among them, and returns `Draft`s for `engine.step`. After the step,
+`observe(result, decoding_ids)` feeds the new tokens to the client (local replica, matcher,
+appends for the store) and measures acceptance per draft position for the policy and per
+chunk for the rollout metrics (`SpecStats`). With mode "off" it drafts nothing but still
+counts verify steps, so acceptance length reads 1.0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from actors.drafts.client import DraftClient
+from actors.drafts.policy import Candidate, SpecConfig, SpecPolicy, StepTime, make_policy
+from actors.generator.drafts import Draft
+from actors.generator.engine import StepResult
+from transport.messages import SpecStats
+
+
+@dataclass
+class _ChunkStats:
+    is_probe: bool
+    steps: int = 0
+    tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+
+
+class Speculator:
+    def __init__(self, config: SpecConfig, step_time: StepTime) -> None:
+        self.config = config
+        self.client = (
+            None
+            if config.mode == "off"
+            else DraftClient(
+                config.mode,
+                max_depth=config.tree_depth,
+                max_match=config.max_match,
+            )
+        )
+        self.policy: SpecPolicy = make_policy(config, step_time)
+        self.chunks: dict[str, _ChunkStats] = {}
+        self._depths: dict[str, tuple[int, int]] = {}  # rid -> (nodes, depth) drafted this step
+        self.totals = {"steps": 0, "tokens": 0, "drafted": 0, "accepted": 0}
+
+    def start(
+        self,
+        request_id: str,
+        group_id: str,
+        chunk_seq: int,
+        prompt_ids: Sequence[int],
+        generated_ids: Sequence[int],
+        is_probe: bool,
+    ) -> None:
+        self.chunks[request_id] = _ChunkStats(is_probe)
+        if self.client is not None:
+            self.client.start(request_id, group_id, chunk_seq, prompt_ids, generated_ids)
+
+    def end(self, request_id: str) -> SpecStats:
+        if self.client is not None:
+            self.client.end(request_id)
+        s = self.chunks.pop(request_id, None) or _ChunkStats(False)
+        return SpecStats(steps=s.steps, tokens=s.tokens, drafted=s.drafted, accepted=s.accepted)
+
+    def forget(self, request_ids: Sequence[str]) -> None:
+        """A rollout ended: drop the replicas of these requests' groups."""
+        if self.client is not None:
+            self.client.forget(request_ids)
+
+    def drafts(self, decoding_ids: Sequence[str]) -> dict[str, Draft]:
+        self._depths = {}
+        client = self.client
+        if client is None or not decoding_ids:
+            return {}
+        batch = len(decoding_ids)
+        paths, max_nodes = self.policy.paths(batch), self.policy.max_nodes(batch)
+        specs = {}
+        candidates = []
+        for rid in decoding_ids:
+            res = client.speculate(
+                rid, max_tokens=max_nodes, top_k_paths=paths, min_prob=self.config.min_prob
+            )
+            if res is None or not res.token_ids:
+                continue
+            specs[rid] = res
+            stats = self.chunks.get(rid)
+            candidates.append(Candidate(rid, stats is not None and stats.is_probe, res.probs))
+        out = {}
+        for rid, n in self.policy.allocate(batch, candidates).items():
+            res = specs[rid]
+            parents = res.parents[:n]
+            out[rid] = Draft(tuple(res.token_ids[:n]), tuple(parents))
+            self._depths[rid] = (n, _depth(parents))
+        return out
+
+    def observe(self, result: StepResult, decoding_ids: Sequence[str]) -> None:
+        decoding = set(decoding_ids)
+        for delta in result.deltas:
+            rid = delta.request_id
+            if self.client is not None:
+                self.client.extend(rid, delta.token_ids)
+            stats = self.chunks.get(rid)
+            if rid not in decoding or stats is None:
+                continue  # a prefill step's first token is not a verify step
+            nodes, depth = self._depths.get(rid, (0, 0))
+            accepted = delta.num_accepted_tokens
+            stats.steps += 1
+            stats.tokens += len(delta.token_ids)
+            stats.drafted += nodes
+            stats.accepted += accepted
+            if nodes:
+                self.policy.observe(depth, accepted)
+            for key, value in (
+                ("steps", 1),
+                ("tokens", len(delta.token_ids)),
+                ("drafted", nodes),
+                ("accepted", accepted),
+            ):
+                self.totals[key] += value
+
+    @property
+    def mean_accept_len(self) -> float:
+        t = self.totals
+        return t["tokens"] / t["steps"] if t["steps"] else 0.0
+
+
+def _depth(parents: Sequence[int]) -> int:
+    depths: list[int] = []
+    for p in parents:
+        depths.append(1 if p < 0 else depths[p] + 1)
+    return max(depths, default=0)

@@ -1,0 +1,230 @@
+"""DraftStore: the pure core of Seer's draft-tree store (DGDS), one suffix tree per group.
+
+Every sequence of a group is one sibling's response, stored after the group's prompt tail
+(the prompt's last `PROMPT_TAIL_TOKENS` tokens, identical for all siblings) so drafts can
+start at the first response token. Appends are keyed by (group, request, start):
+- idempotent: tokens the store already has are skipped, so a re-sent batch changes nothing;
+- order-checked: a write that would leave a gap is refused ("gap"); a write from an older
+  chunk of the request than one already seen is refused ("stale", e.g. a generator that
+  was declared dead and woke up later);
+- a write from a newer chunk that disagrees with stored tokens (a chunk re-run from its
+  committed progress after a generator died) truncates the sequence there and bumps its
+  epoch, so replicas replay it.
+`sync` answers a replica with only what it lacks. `close_groups` frees a group's tree, or,
+with `keep_history`, keeps its responses as extra sequences for the next group opened for
+the same prompt (drafts from the previous iteration; beyond Seer).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from actors.drafts.suffix_tree import SuffixTree
+from transport.messages import DraftDeltas, GroupInfo, SeqDelta, SyncDrafts, TokenAppend
+
+PROMPT_TAIL_TOKENS = 16
+HISTORY_PREFIX = "history:"
+_READ_ONLY = 1 << 62  # chunk_seq of history sequences: every append to them is stale
+
+AppendOutcome = Literal["applied", "duplicate", "replaced", "stale", "gap", "late"]
+
+
+@dataclass
+class SeqLog:
+    tree_id: int
+    tokens: list[int] = field(default_factory=list)
+    epoch: int = 0
+    chunk_seq: int = -1
+
+
+@dataclass
+class GroupLog:
+    """One group's sequences and their suffix tree (each sequence = prompt tail + tokens)."""
+
+    group_id: str
+    prompt_id: str
+    prompt_tail: tuple[int, ...]
+    tree: SuffixTree
+    rollout_id: str = ""
+    seqs: dict[str, SeqLog] = field(default_factory=dict)
+    next_id: int = 0
+
+    def add_seq(self, key: str, tokens: Sequence[int] = (), chunk_seq: int = -1) -> SeqLog:
+        log = self.seqs[key] = SeqLog(self.next_id, list(tokens), 0, chunk_seq)
+        self.next_id += 1
+        self.tree.append(log.tree_id, [*self.prompt_tail, *tokens])
+        return log
+
+    def extend(self, log: SeqLog, tokens: Sequence[int]) -> None:
+        log.tokens.extend(tokens)
+        self.tree.append(log.tree_id, tokens)
+
+    def replace(self, log: SeqLog, start: int, tokens: Sequence[int]) -> None:
+        del log.tokens[start:]
+        log.tokens.extend(tokens)
+        log.epoch += 1
+        self.tree.remove(log.tree_id)
+        self.tree.append(log.tree_id, [*self.prompt_tail, *log.tokens])
+
+    def set_prompt_tail(self, tail: tuple[int, ...]) -> None:
+        """Rebuild the tree under a new prompt tail (appends came before `GroupsOpened`)."""
+        self.prompt_tail = tail
+        for log in self.seqs.values():
+            self.tree.remove(log.tree_id)
+            self.tree.append(log.tree_id, [*tail, *log.tokens])
+
+
+class DraftStore:
+    def __init__(
+        self,
+        *,
+        max_depth: int = 64,
+        keep_history: bool = False,
+        history_size: int = 16,
+        max_closed: int = 100_000,
+    ) -> None:
+        if history_size < 0:
+            raise ValueError(f"history_size must be >= 0, got {history_size}")
+        self.max_depth = max_depth
+        self.keep_history = keep_history
+        self.history_size = history_size
+        self.groups: dict[str, GroupLog] = {}
+        self.history: dict[str, list[tuple[int, ...]]] = {}
+        self._closed: set[str] = set()
+        self._closed_order: deque[str] = deque()
+        self._max_closed = max_closed
+        self.counters: dict[str, int] = {
+            "appended_tokens": 0,
+            "duplicate_tokens": 0,
+            "replaced": 0,
+            "stale": 0,
+            "gaps": 0,
+            "late": 0,
+            "groups_opened": 0,
+            "groups_closed": 0,
+            "groups_abandoned": 0,
+            "synced_tokens": 0,
+        }
+
+    # ---- groups ----------------------------------------------------------------------
+    def open_groups(self, rollout_id: str, groups: Iterable[GroupInfo]) -> None:
+        """Open a rollout's groups; groups still open from other rollouts are abandoned."""
+        stale = [g for g, log in self.groups.items() if log.rollout_id not in ("", rollout_id)]
+        self.counters["groups_abandoned"] += len(stale)
+        self.close_groups(stale, keep=False)
+        for info in groups:
+            tail = tuple(info.prompt_tail)
+            log = self.groups.get(info.group_id)
+            if log is None:
+                log = self._new_group(info.group_id, info.prompt_id, tail)
+            elif log.prompt_tail != tail:
+                log.set_prompt_tail(tail)
+            log.prompt_id, log.rollout_id = info.prompt_id, rollout_id
+            for i, tokens in enumerate(self.history.get(info.prompt_id, ())):
+                key = f"{HISTORY_PREFIX}{i}"
+                if key not in log.seqs:
+                    log.add_seq(key, tokens, chunk_seq=_READ_ONLY)
+            self.counters["groups_opened"] += 1
+
+    def close_groups(self, group_ids: Iterable[str], *, keep: bool = True) -> None:
+        for gid in group_ids:
+            log = self.groups.pop(gid, None)
+            if log is None:
+                continue
+            if keep and self.keep_history and log.prompt_id:
+                live = [
+                    tuple(s.tokens)
+                    for k, s in log.seqs.items()
+                    if s.tokens and not k.startswith(HISTORY_PREFIX)
+                ]
+                self.history[log.prompt_id] = live[: self.history_size]
+            self._mark_closed(gid)
+            self.counters["groups_closed"] += 1
+
+    def is_closed(self, group_id: str) -> bool:
+        return group_id in self._closed
+
+    def tree(self, group_id: str) -> SuffixTree:
+        return self.groups[group_id].tree
+
+    # ---- appends ---------------------------------------------------------------------
+    def append(self, a: TokenAppend) -> AppendOutcome:
+        if a.group_id in self._closed:
+            self.counters["late"] += 1
+            return "late"
+        group = self.groups.get(a.group_id)
+        if group is None:  # appends raced ahead of GroupsOpened: open it bare
+            group = self._new_group(a.group_id, "", ())
+        log = group.seqs.get(a.request_id)
+        if log is None:
+            if a.start != 0:
+                self.counters["gaps"] += 1
+                return "gap"
+            group.add_seq(a.request_id, a.token_ids, a.chunk_seq)
+            self.counters["appended_tokens"] += len(a.token_ids)
+            return "applied"
+        if a.chunk_seq < log.chunk_seq:
+            self.counters["stale"] += 1
+            return "stale"
+        if a.start > len(log.tokens):
+            self.counters["gaps"] += 1
+            return "gap"
+        log.chunk_seq = a.chunk_seq
+        have = log.tokens[a.start : a.start + len(a.token_ids)]
+        if list(a.token_ids[: len(have)]) != have:
+            group.replace(log, a.start, a.token_ids)
+            self.counters["replaced"] += 1
+            self.counters["appended_tokens"] += len(a.token_ids)
+            return "replaced"
+        new = a.token_ids[len(have) :]
+        self.counters["duplicate_tokens"] += len(have)
+        if not new:
+            return "duplicate"
+        group.extend(log, new)
+        self.counters["appended_tokens"] += len(new)
+        return "applied"
+
+    # ---- replicas --------------------------------------------------------------------
+    def sync(self, msg: SyncDrafts) -> DraftDeltas:
+        """What a replica lacks of the groups it names (nothing of its `own` sequences)."""
+        cursors = {(c.group_id, c.seq): c for c in msg.cursors}
+        own = set(msg.own)
+        deltas: list[SeqDelta] = []
+        closed: list[str] = []
+        for gid in msg.groups:
+            group = self.groups.get(gid)
+            if group is None:
+                if gid in self._closed:
+                    closed.append(gid)
+                continue
+            for key, log in group.seqs.items():
+                if key in own:
+                    continue
+                cur = cursors.get((gid, key))
+                if cur is None or cur.epoch != log.epoch:
+                    if not log.tokens and cur is None:
+                        continue
+                    start = 0
+                elif cur.count < len(log.tokens):
+                    start = cur.count
+                else:
+                    continue
+                tokens = tuple(log.tokens[start:])
+                deltas.append(SeqDelta(group_id=gid, seq=key, epoch=log.epoch, start=start,
+                                       token_ids=tokens))
+                self.counters["synced_tokens"] += len(tokens)
+        return DraftDeltas(deltas=tuple(deltas), closed=tuple(closed))
+
+    # ---- internals -------------------------------------------------------------------
+    def _new_group(self, gid: str, prompt_id: str, tail: tuple[int, ...]) -> GroupLog:
+        log = self.groups[gid] = GroupLog(gid, prompt_id, tail, SuffixTree(self.max_depth))
+        return log
+
+    def _mark_closed(self, gid: str) -> None:
+        self._closed.add(gid)
+        self._closed_order.append(gid)
+        while len(self._closed_order) > self._max_closed:
+            self._closed.discard(self._closed_order.popleft())

@@ -1,0 +1,218 @@
+"""DraftStore (the store's core) and DraftClient (a generator's replicas): append rules,
+incremental sync, replicas equal to the store's trees, history across iterations."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from actors.drafts.client import DraftClient
+from actors.drafts.store import HISTORY_PREFIX, DraftStore
+from actors.drafts.suffix_tree import SuffixTree
+from transport.messages import GroupInfo, SyncDrafts, TokenAppend
+
+TAIL = (7, 8, 9)
+
+
+def opened(store: DraftStore, *gids: str, prompt: str = "p", rollout: str = "r0") -> None:
+    store.open_groups(
+        rollout, [GroupInfo(group_id=g, prompt_id=prompt, size=2, prompt_tail=TAIL) for g in gids]
+    )
+
+
+def put(gid: str, rid: str, start: int, tokens: list[int], chunk: int = 0) -> TokenAppend:
+    return TokenAppend(
+        group_id=gid, request_id=rid, chunk_seq=chunk, start=start, token_ids=tuple(tokens)
+    )
+
+
+def tree_patterns(tree: SuffixTree, depth: int) -> dict[tuple[int, ...], int]:
+    """Every pattern present in `tree` up to `depth`, with its count."""
+    out: dict[tuple[int, ...], int] = {}
+    frontier: list[tuple[int, ...]] = [()]
+    for _ in range(depth):
+        nxt = []
+        for p in frontier:
+            for tok, n in tree.continuations(p).items():
+                out[(*p, tok)] = n
+                nxt.append((*p, tok))
+        frontier = nxt
+    return out
+
+
+def test_appends_are_idempotent_and_order_checked() -> None:
+    store = DraftStore(max_depth=8)
+    opened(store, "g")
+    assert store.append(put("g", "a", 0, [1, 2, 3])) == "applied"
+    assert store.append(put("g", "a", 0, [1, 2, 3])) == "duplicate"
+    assert store.append(put("g", "a", 1, [2, 3, 4])) == "applied"  # overlap: only 4 is new
+    assert store.groups["g"].seqs["a"].tokens == [1, 2, 3, 4]
+    assert store.append(put("g", "a", 6, [5])) == "gap"
+    assert store.append(put("g", "b", 2, [5])) == "gap"  # a new sequence starts at 0
+    assert store.groups["g"].seqs["a"].tokens == [1, 2, 3, 4]
+    assert store.tree("g").count([*TAIL, 1, 2, 3, 4]) == 1
+
+
+def test_a_newer_chunk_that_disagrees_replaces_and_bumps_the_epoch() -> None:
+    store = DraftStore(max_depth=8)
+    opened(store, "g")
+    store.append(put("g", "a", 0, [1, 2, 3, 4], chunk=0))
+    assert store.append(put("g", "a", 2, [9, 9], chunk=1)) == "replaced"
+    log = store.groups["g"].seqs["a"]
+    assert (log.tokens, log.epoch) == ([1, 2, 9, 9], 1)
+    assert store.tree("g").count([3]) == 0
+    # the dead writer wakes up: older chunk, refused
+    assert store.append(put("g", "a", 4, [5], chunk=0)) == "stale"
+    assert log.tokens == [1, 2, 9, 9]
+
+
+def test_closed_groups_drop_appends_and_free_their_tree() -> None:
+    store = DraftStore(max_depth=8)
+    opened(store, "g")
+    store.append(put("g", "a", 0, [1]))
+    store.close_groups(["g"])
+    assert "g" not in store.groups and store.is_closed("g")
+    assert store.append(put("g", "a", 1, [2])) == "late"
+
+
+def test_history_seeds_the_next_group_of_the_same_prompt() -> None:
+    store = DraftStore(max_depth=8, keep_history=True)
+    opened(store, "r0:g0", prompt="p")
+    store.append(put("r0:g0", "a", 0, [1, 2, 3]))
+    store.append(put("r0:g0", "b", 0, [4, 5]))
+    store.close_groups(["r0:g0"])
+    opened(store, "r1:g0", prompt="p", rollout="r1")
+    seqs = store.groups["r1:g0"].seqs
+    assert sorted(s.tokens for k, s in seqs.items() if k.startswith(HISTORY_PREFIX)) == [
+        [1, 2, 3],
+        [4, 5],
+    ]
+    assert store.tree("r1:g0").count([*TAIL, 1, 2, 3]) == 1
+    opened(store, "r2:g0", prompt="q", rollout="r2")  # r1's groups are abandoned
+    assert "r1:g0" not in store.groups and store.counters["groups_abandoned"] == 1
+
+
+def test_appends_before_groups_opened_are_rebuilt_under_the_prompt_tail() -> None:
+    store = DraftStore(max_depth=8)
+    store.append(put("g", "a", 0, [1, 2]))
+    assert store.tree("g").count([1, 2]) == 1
+    opened(store, "g")
+    assert store.tree("g").count([*TAIL, 1, 2]) == 1
+
+
+def test_sync_sends_only_what_the_replica_lacks() -> None:
+    store = DraftStore(max_depth=8)
+    opened(store, "g")
+    client = DraftClient("group", max_depth=8, max_match=4)
+    client.start("a", "g", 0, [5, *TAIL], [])
+    store.append(put("g", "b", 0, [1, 2, 3]))
+    msg = client.sync_message()
+    assert msg is not None and msg.groups == ("g",) and msg.own == ("a",)
+    first = store.sync(msg)
+    assert [(d.seq, d.start, d.token_ids) for d in first.deltas] == [("b", 0, (1, 2, 3))]
+    client.apply(first)
+    store.append(put("g", "b", 3, [4]))
+    second = store.sync(client.sync_message())  # type: ignore[arg-type]
+    assert [(d.seq, d.start, d.token_ids) for d in second.deltas] == [("b", 3, (4,))]
+    client.apply(second)
+    assert store.sync(client.sync_message()).deltas == ()  # type: ignore[arg-type]
+
+
+def test_replica_replays_a_replaced_sequence() -> None:
+    store = DraftStore(max_depth=8)
+    opened(store, "g")
+    client = DraftClient("group", max_depth=8, max_match=4)
+    client.start("a", "g", 0, list(TAIL), [])
+    store.append(put("g", "b", 0, [1, 2, 3], chunk=0))
+    client.apply(store.sync(client.sync_message()))  # type: ignore[arg-type]
+    store.append(put("g", "b", 1, [6], chunk=1))
+    client.apply(store.sync(client.sync_message()))  # type: ignore[arg-type]
+    assert client.replicas["g"].seqs["b"].tokens == [1, 6]
+    assert client.replicas["g"].tree.count([2]) == 0
+
+
+def test_own_tokens_reach_the_replica_at_once_and_the_store_as_appends() -> None:
+    client = DraftClient("group", max_depth=8, max_match=4)
+    client.start("a", "g", 3, list(TAIL), [1])
+    client.extend("a", [2, 3])
+    client.extend("a", [4])
+    assert client.replicas["g"].seqs["a"].tokens == [1, 2, 3, 4]
+    appends = client.take_appends()
+    got = [(a.start, a.token_ids, a.chunk_seq) for a in appends]
+    assert got == [(1, (2, 3), 3), (3, (4,), 3)]
+    assert client.take_appends() == ()
+
+
+def test_self_mode_keeps_one_private_tree_per_request_and_never_syncs() -> None:
+    client = DraftClient("self", max_depth=8, max_match=4)
+    client.start("a", "g", 0, list(TAIL), [1, 2])
+    client.start("b", "g", 0, list(TAIL), [1, 2])
+    client.extend("a", [1, 2])
+    assert set(client.replicas) == {"a", "b"}
+    assert client.sync_message() is None and client.take_appends() == ()
+    res = client.speculate("a", max_tokens=4)
+    assert res is not None and res.token_ids[:1] == (1,)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 3), st.lists(st.integers(0, 4), min_size=1, max_size=6)),
+        min_size=1,
+        max_size=30,
+    ),
+    st.integers(0, 2**31),
+)
+def test_a_synced_replica_equals_the_stores_tree(
+    writes: list[tuple[int, list[int]]], seed: int
+) -> None:
+    """Writers 0-1 live on this generator (own sequences), 2-3 elsewhere; syncs happen at
+    random moments; afterwards the replica's tree has exactly the store's patterns."""
+    rng = random.Random(seed)
+    store = DraftStore(max_depth=6)
+    opened(store, "g")
+    client = DraftClient("group", max_depth=6, max_match=3)
+    for w in (0, 1):
+        client.start(f"s{w}", "g", 0, list(TAIL), [])
+    lengths = dict.fromkeys(range(4), 0)
+    for w, tokens in writes:
+        rid = f"s{w}"
+        if w < 2:
+            client.extend(rid, tokens)
+        else:
+            store.append(put("g", rid, lengths[w], tokens))
+        lengths[w] += len(tokens)
+        if rng.random() < 0.3:
+            for a in client.take_appends():
+                store.append(a)
+            client.apply(store.sync(client.sync_message()))  # type: ignore[arg-type]
+    for a in client.take_appends():
+        store.append(a)
+    for w in (0, 1):
+        client.end(f"s{w}")
+    replica = client.replicas["g"]
+    client.apply(store.sync(SyncDrafts(groups=("g",), cursors=tuple(replica.cursors()))))
+    store_seqs = {k: s.tokens for k, s in store.groups["g"].seqs.items()}
+    replica_seqs = {k: s.tokens for k, s in replica.seqs.items() if s.tokens}
+    assert replica_seqs == store_seqs
+    assert tree_patterns(client.replicas["g"].tree, 6) == tree_patterns(store.tree("g"), 6)
+
+
+def test_bad_store_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match="history_size"):
+        DraftStore(history_size=-1)
+    with pytest.raises(ValueError, match="draft mode"):
+        DraftClient("siblings")  # type: ignore[arg-type]
+
+
+def test_replica_lru_keeps_groups_with_running_requests() -> None:
+    client = DraftClient("group", max_depth=8, max_match=4, max_replicas=2)
+    client.start("a", "g0", 0, list(TAIL), [])
+    for i, gid in zip(itertools.count(), ("g1", "g2", "g3"), strict=False):
+        client.start(f"x{i}", gid, 0, list(TAIL), [])
+        client.end(f"x{i}")
+    assert "g0" in client.replicas and len(client.replicas) == 2
