@@ -432,29 +432,25 @@ class TokensAppended(Message):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SeqCursor(Struct):
-    """What a replica holds of one sequence: `count` tokens at store epoch `epoch`."""
+class GroupCursor(Struct):
+    """How much of a group's append log a replica has replayed."""
 
     group_id: str
-    seq: str
-    epoch: int
-    count: int
+    version: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SyncDrafts(Message):
-    """Generator -> draft store (call): the groups it drafts for and what it already has
-    of their sequences (`own`: sequences it writes itself and wants nothing of)."""
+    """Generator -> draft store (call): the groups it drafts for, and how far it has
+    replayed each one's log (0 = nothing yet)."""
 
-    groups: tuple[str, ...]
-    cursors: tuple[SeqCursor, ...]
-    own: tuple[str, ...] = ()
+    groups: tuple[GroupCursor, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SeqDelta(Struct):
-    """Tokens `start ..` of a sequence at `epoch`; `start == 0` with a new epoch means the
-    replica must drop what it has of the sequence and replay from here."""
+    """One entry of a group's append log: tokens `start ..` of a sequence at `epoch`;
+    `start == 0` with a new epoch means: drop what you have of the sequence, replay."""
 
     group_id: str
     seq: str
@@ -465,9 +461,11 @@ class SeqDelta(Struct):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DraftDeltas(Message):
-    """Draft store -> generator: what its replicas lack; `closed` groups are gone."""
+    """Draft store -> generator: the log entries each replica lacks, the versions they
+    bring it to, and the groups that are gone."""
 
     deltas: tuple[SeqDelta, ...]
+    versions: tuple[GroupCursor, ...] = ()
     closed: tuple[str, ...] = ()
 
 

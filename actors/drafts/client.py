@@ -7,8 +7,10 @@ Pure and synchronous: the generator actor feeds it and moves its messages.
   local replica at once (so self-drafting never waits for the store) and are queued for
   the store (`take_appends`).
 - `sync_message()` / `apply(deltas)`: the background sync names the groups with running
-  requests and what the replicas already hold; the store answers with only the missing
-  tokens, which are replayed into the replicas (a new epoch means: drop and replay).
+  requests and how far each replica has replayed the group's append log; the store answers
+  with the entries after that, which are replayed into the replicas (idempotently: entries
+  for tokens a replica already has change nothing; a new epoch means drop and replay).
+
 - `speculate(rid, ...)` drafts from the replica with no network round trip.
 Mode "self" keeps one private tree per request (SuffixDecoding over the request's own
 output, no store); mode "group" shares one tree per group across siblings via the store.
@@ -23,7 +25,7 @@ from typing import Literal
 
 from actors.drafts.store import PROMPT_TAIL_TOKENS
 from actors.drafts.suffix_tree import Matcher, SpecResult, SuffixTree
-from transport.messages import DraftDeltas, SeqCursor, SyncDrafts, TokenAppend
+from transport.messages import DraftDeltas, GroupCursor, SyncDrafts, TokenAppend
 
 DraftMode = Literal["self", "group"]
 
@@ -45,6 +47,7 @@ class GroupReplica:
         self.tree = SuffixTree(max_depth)
         self.seqs: dict[str, _Seq] = {}
         self.own: set[str] = set()
+        self.version = 0  # entries of the store's append log replayed
         self._next_id = 0
 
     def set_tokens(self, key: str, tokens: Sequence[int], epoch: int) -> None:
@@ -75,22 +78,18 @@ class GroupReplica:
             seq.in_tree = True
 
     def apply(self, key: str, epoch: int, start: int, tokens: Sequence[int]) -> bool:
-        """Replay a store delta; False (nothing changed) when it does not fit."""
+        """Replay one log entry; False (nothing changed) when it does not fit."""
         seq = self.seqs.get(key)
-        if start == 0 and (seq is None or seq.epoch != epoch or not seq.tokens):
+        if start == 0 and (seq is None or seq.epoch != epoch):
             self.set_tokens(key, tokens, epoch)
             return True
-        if seq is None or seq.epoch != epoch or start != len(seq.tokens):
+        if seq is None or seq.epoch != epoch or start > len(seq.tokens):
             return False
-        self.extend(key, tokens)
+        have = seq.tokens[start : start + len(tokens)]
+        if list(tokens[: len(have)]) != have:
+            return False
+        self.extend(key, tokens[len(have) :])
         return True
-
-    def cursors(self) -> list[SeqCursor]:
-        return [
-            SeqCursor(group_id=self.group_id, seq=k, epoch=s.epoch, count=len(s.tokens))
-            for k, s in self.seqs.items()
-            if k not in self.own
-        ]
 
 
 @dataclass
@@ -98,7 +97,8 @@ class _Running:
     group: str
     chunk_seq: int
     matcher: Matcher
-    num_tokens: int  # the request's response tokens so far (the store's `start`)
+    num_tokens: int  # the request's response tokens so far
+    sent: int  # of which the store has been sent (queued) this many
 
 
 class DraftClient:
@@ -140,7 +140,8 @@ class DraftClient:
         replica.own.add(request_id)
         matcher = replica.tree.matcher(self.max_match, self.slack)
         matcher.feed([*prompt_ids[-self.max_match :], *generated_ids][-self.max_match :])
-        self.running[request_id] = _Running(gid, chunk_seq, matcher, len(generated_ids))
+        n = len(generated_ids)
+        self.running[request_id] = _Running(gid, chunk_seq, matcher, n, n)
         self._group_of[request_id] = gid
 
     def extend(self, request_id: str, tokens: Sequence[int]) -> None:
@@ -151,23 +152,15 @@ class DraftClient:
         if replica is not None:
             replica.extend(request_id, tokens)
         run.matcher.feed(tokens)
-        if self.mode == "group":
-            self._appends.append(
-                TokenAppend(
-                    group_id=run.group,
-                    request_id=request_id,
-                    chunk_seq=run.chunk_seq,
-                    start=run.num_tokens,
-                    token_ids=tuple(tokens),
-                )
-            )
         run.num_tokens += len(tokens)
 
     def end(self, request_id: str) -> None:
         """The request's chunk ended here: its sequence is now the store's to update."""
-        run = self.running.pop(request_id, None)
+        run = self.running.get(request_id)
         if run is None:
             return
+        self._flush(request_id, run)
+        del self.running[request_id]
         replica = self.replicas.get(run.group)
         if replica is not None:
             replica.own.discard(request_id)
@@ -195,8 +188,28 @@ class DraftClient:
 
     # ---- store traffic ---------------------------------------------------------------
     def take_appends(self) -> tuple[TokenAppend, ...]:
+        """One append per request with tokens the store has not been sent (batched per
+        sync rather than per step: an engine step only touches the local replica)."""
+        for request_id, run in self.running.items():
+            self._flush(request_id, run)
         out, self._appends = tuple(self._appends), []
         return out
+
+    def _flush(self, request_id: str, run: _Running) -> None:
+        replica = self.replicas.get(run.group)
+        if self.mode != "group" or run.num_tokens <= run.sent or replica is None:
+            return
+        tokens = replica.seqs[request_id].tokens[run.sent : run.num_tokens]
+        self._appends.append(
+            TokenAppend(
+                group_id=run.group,
+                request_id=request_id,
+                chunk_seq=run.chunk_seq,
+                start=run.sent,
+                token_ids=tuple(tokens),
+            )
+        )
+        run.sent = run.num_tokens
 
     def sync_message(self) -> SyncDrafts | None:
         """What to ask the store for: None in self mode or with nothing running."""
@@ -205,13 +218,8 @@ class DraftClient:
         groups = sorted({r.group for r in self.running.values()})
         if not groups:
             return None
-        cursors: list[SeqCursor] = []
-        own: list[str] = []
-        for gid in groups:
-            replica = self.replicas[gid]
-            cursors.extend(replica.cursors())
-            own.extend(replica.own)
-        return SyncDrafts(groups=tuple(groups), cursors=tuple(cursors), own=tuple(own))
+        cursors = [GroupCursor(group_id=g, version=self.replicas[g].version) for g in groups]
+        return SyncDrafts(groups=tuple(cursors))
 
     def apply(self, msg: DraftDeltas) -> None:
         for d in msg.deltas:
@@ -222,6 +230,10 @@ class DraftClient:
                 self.counters["synced_tokens"] += len(d.token_ids)
             else:
                 self.counters["misfit_deltas"] += 1
+        for cur in msg.versions:
+            replica = self.replicas.get(cur.group_id)
+            if replica is not None:
+                replica.version = max(replica.version, cur.version)
         self.counters["closed_groups"] += len(msg.closed)
         self.drop_groups(msg.closed)
 
@@ -241,4 +253,3 @@ class DraftClient:
                 break
             if gid not in busy:
                 del self.replicas[gid]
-

@@ -1,23 +1,28 @@
 """How many draft tokens each running request gets in one verify step.
 
-`MarginalBenefitPolicy` is Seer's Algorithm 1 (MBA) on measured numbers:
-1. Acceptance per draft position is measured online (`AcceptanceStats`: the chance that
-   position j is accepted given positions < j were). With it, a draft of g tokens yields
-   E(g) = 1 + sum_{j<=g} prod_{i<=j} alpha_i tokens per step.
-2. The engine's profiled step time T(B, g) gives the time per token T(B, g) / E(g); the
-   draft length g* in 0..g_max that minimises it sets the step's budget g* * B draft nodes.
-   g* = 0 (verification costs more than it returns) means no speculation this step.
-3. If the budget cannot give every probe a token, nothing is drafted; else probes get one
-   token each first, then tokens go one by one to whichever request gains the most
-   expected accepted tokens per token: the node's path probability from its suffix tree,
-   times lambda for probes (their early finish steers scheduling), at most g_max each.
+`MarginalBenefitPolicy` is Seer's Algorithm 1 (MBA) on measured numbers, with the
+acceptance estimated per draft node instead of per class:
+1. Each running request's suffix tree proposes up to g_max nodes with their path
+   probabilities p (the chance the node is accepted); a measured calibration factor c
+   (tokens accepted over tokens predicted, decayed) corrects the trees' optimism.
+2. Nodes are ranked: every probe's first node first (Seer: probes get one token before
+   anyone), then by marginal gain, p times lambda for probes (their early finish steers
+   scheduling), at most g_max per request.
+3. The budget is the number n of ranked nodes that maximises expected tokens per second,
+   (B + c * sum p) / T(B, n / B), with T the engine's profiled verify-step time. When every
+   node has the same acceptance this is Seer's g* = argmin_g T(B, g) / E(g), budget g* * B.
+   n = 0 (verification costs more than it returns, as at large batches on a CPU) means no
+   speculation; a budget below the number of probes means none either (Seer).
 With few running requests (the tail) drafts become top-k multi-path trees.
+`AcceptanceStats` keeps the acceptance per draft position (reported; `best_draft_len` is
+Seer's class-level g*).
 `FixedPolicy` gives every request the same draft length (the ablation).
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -99,18 +104,62 @@ class Candidate:
     probs: Sequence[float]
 
 
+class Calibration:
+    """Accepted draft tokens over what the trees predicted (sum of the drafted nodes' path
+    probabilities), decayed so it follows the policy as it trains."""
+
+    def __init__(self, decay: float = 0.995, prior: float = 2.0) -> None:
+        self.decay = decay
+        self.accepted = prior
+        self.predicted = prior
+
+    def observe(self, predicted: float, accepted: int) -> None:
+        self.accepted = self.accepted * self.decay + accepted
+        self.predicted = self.predicted * self.decay + predicted
+
+    @property
+    def factor(self) -> float:
+        return self.accepted / self.predicted if self.predicted > 0 else 1.0
+
+
 class MarginalBenefitPolicy:
     def __init__(self, config: SpecConfig, step_time: StepTime) -> None:
         self.config = config
         self.step_time = step_time
         self.stats = AcceptanceStats(config.g_max)
+        self.calibration = Calibration()
+        self._times: dict[int, list[float]] = {}
+
+    def step_times(self, batch: int) -> list[float]:
+        """T(batch, g) for g = 0..g_max, made non-decreasing in g (a longer draft never
+        costs less; the profile's noise can say otherwise). Cached per batch size."""
+        times = self._times.get(batch)
+        if times is None:
+            times = list(
+                itertools.accumulate(
+                    (self.step_time(batch, g) for g in range(self.config.g_max + 1)), max
+                )
+            )
+            self._times[batch] = times
+        return times
+
+    def can_pay(self, batch: int) -> bool:
+        """Whether drafts could pay at all this step: even nodes accepted with the highest
+        calibrated probability (c, at p = 1) must beat T(B, 0) for some budget. Saves the
+        drafting work at large batches."""
+        times = self.step_times(batch)
+        c = min(self.calibration.factor, 1.0)
+        base = batch / times[0]
+        return any(
+            (batch + c * n) / _interp(times, n / batch) > base
+            for n in range(1, batch * self.config.g_max + 1, max(1, batch // 4))
+        )
 
     def best_draft_len(self, batch: int) -> int:
-        """g* = argmin over g in 0..g_max of T(B, g) / E(g)."""
-        costs = [
-            self.step_time(batch, g) / self.stats.expected_tokens(g)
-            for g in range(self.config.g_max + 1)
-        ]
+        """Seer's class-level g* = argmin over g of T(B, g) / E(g), with E(g) from the
+        acceptance per position measured online."""
+        times = self.step_times(batch)
+        costs = [t / self.stats.expected_tokens(g) for g, t in enumerate(times)]
         return min(range(len(costs)), key=costs.__getitem__)
 
     def paths(self, batch: int) -> int:
@@ -121,37 +170,70 @@ class MarginalBenefitPolicy:
         return self.config.g_max
 
     def allocate(self, batch: int, candidates: Sequence[Candidate]) -> dict[str, int]:
-        """Draft nodes per request (a prefix of each candidate's nodes)."""
-        budget = self.best_draft_len(batch) * batch
-        probes = [c for c in candidates if c.is_probe and c.probs]
-        if budget <= 0 or budget < len(probes):
-            return {}
-        grant = dict.fromkeys((c.request_id for c in candidates), 0)
-        for c in probes:
-            grant[c.request_id] = 1
-        budget -= len(probes)
-        cap = self.config.g_max
-        heap: list[tuple[float, int, str]] = []
-        by_id = {c.request_id: c for c in candidates}
-        for i, c in enumerate(candidates):
-            n = grant[c.request_id]
-            if n < min(len(c.probs), cap):
-                heapq.heappush(heap, (-self._gain(c, n), i, c.request_id))
-        while budget > 0 and heap:
-            _, i, rid = heapq.heappop(heap)
-            grant[rid] += 1
-            budget -= 1
-            c, n = by_id[rid], grant[rid]
-            if n < min(len(c.probs), cap):
-                heapq.heappush(heap, (-self._gain(c, n), i, rid))
-        return {rid: n for rid, n in grant.items() if n}
+        """Draft nodes per request (a prefix of each candidate's nodes).
 
-    def observe(self, draft_depth: int, accepted: int) -> None:
+        Nodes are taken in order of weighted gain (probes' first nodes before all, then
+        the best remaining node of any request); the step's budget is the number n of them
+        that maximises expected tokens per second, (B + c * sum of their probabilities) /
+        T(B, n / B), with c the measured calibration of the trees' probabilities. With one
+        acceptance rate for every node this is Seer's g* * B."""
+        order = self._order(candidates)
+        times = self.step_times(batch)
+        c = self.calibration.factor
+        best_n, best_rate, gained = 0, batch / times[0], 0.0
+        for n, (_, p) in enumerate(order, start=1):
+            gained += c * p
+            rate = (batch + gained) / _interp(times, n / batch)
+            if rate > best_rate:
+                best_n, best_rate = n, rate
+        probes = sum(1 for cand in candidates if cand.is_probe and cand.probs)
+        if best_n == 0 or best_n < probes:  # Seer: no speculation below the probes' need
+            return {}
+        grant: dict[str, int] = {}
+        for rid, _ in order[:best_n]:
+            grant[rid] = grant.get(rid, 0) + 1
+        return grant
+
+    def observe(self, draft_depth: int, accepted: int, predicted: float = 0.0) -> None:
         self.stats.observe(draft_depth, accepted)
+        self.calibration.observe(predicted, accepted)
+
+    def _order(self, candidates: Sequence[Candidate]) -> list[tuple[str, float]]:
+        """(request, node probability) in allocation order, at most g_max per request."""
+        cap = self.config.g_max
+        order: list[tuple[str, float]] = []
+        taken = dict.fromkeys((cand.request_id for cand in candidates), 0)
+        heap: list[tuple[float, int, str]] = []
+        for cand in candidates:
+            if cand.is_probe and cand.probs:
+                order.append((cand.request_id, float(cand.probs[0])))
+                taken[cand.request_id] = 1
+        by_id = {cand.request_id: cand for cand in candidates}
+        for i, cand in enumerate(candidates):
+            n = taken[cand.request_id]
+            if n < min(len(cand.probs), cap):
+                heapq.heappush(heap, (-self._gain(cand, n), i, cand.request_id))
+        while heap:
+            _, i, rid = heapq.heappop(heap)
+            cand, n = by_id[rid], taken[rid]
+            order.append((rid, float(cand.probs[n])))
+            taken[rid] = n = n + 1
+            if n < min(len(cand.probs), cap):
+                heapq.heappush(heap, (-self._gain(cand, n), i, rid))
+        return order
 
     def _gain(self, c: Candidate, node: int) -> float:
         weight = self.config.probe_weight if c.is_probe else 1.0
         return weight * float(c.probs[node])
+
+
+def _interp(values: Sequence[float], x: float) -> float:
+    """Linear interpolation of values[0..n] at x (clamped to the last)."""
+    if x >= len(values) - 1:
+        return values[-1]
+    lo = int(x)
+    frac = x - lo
+    return values[lo] * (1 - frac) + values[lo + 1] * frac
 
 
 class FixedPolicy:
@@ -170,8 +252,11 @@ class FixedPolicy:
     def allocate(self, batch: int, candidates: Sequence[Candidate]) -> dict[str, int]:
         return {c.request_id: len(c.probs) for c in candidates if c.probs}
 
-    def observe(self, draft_depth: int, accepted: int) -> None:
+    def observe(self, draft_depth: int, accepted: int, predicted: float = 0.0) -> None:
         self.stats.observe(draft_depth, accepted)
+
+    def can_pay(self, batch: int) -> bool:
+        return True
 
 
 SpecPolicy = MarginalBenefitPolicy | FixedPolicy

@@ -44,7 +44,8 @@ class Speculator:
         )
         self.policy: SpecPolicy = make_policy(config, step_time)
         self.chunks: dict[str, _ChunkStats] = {}
-        self._depths: dict[str, tuple[int, int]] = {}  # rid -> (nodes, depth) drafted this step
+        # rid -> (nodes, depth, predicted accepted tokens) drafted this step
+        self._depths: dict[str, tuple[int, int, float]] = {}
         self.totals = {"steps": 0, "tokens": 0, "drafted": 0, "accepted": 0}
 
     def start(
@@ -77,6 +78,8 @@ class Speculator:
         if client is None or not decoding_ids:
             return {}
         batch = len(decoding_ids)
+        if not self.policy.can_pay(batch):
+            return {}
         paths, max_nodes = self.policy.paths(batch), self.policy.max_nodes(batch)
         specs = {}
         candidates = []
@@ -94,7 +97,7 @@ class Speculator:
             res = specs[rid]
             parents = res.parents[:n]
             out[rid] = Draft(tuple(res.token_ids[:n]), tuple(parents))
-            self._depths[rid] = (n, _depth(parents))
+            self._depths[rid] = (n, _depth(parents), float(sum(res.probs[:n])))
         return out
 
     def observe(self, result: StepResult, decoding_ids: Sequence[str]) -> None:
@@ -106,14 +109,14 @@ class Speculator:
             stats = self.chunks.get(rid)
             if rid not in decoding or stats is None:
                 continue  # a prefill step's first token is not a verify step
-            nodes, depth = self._depths.get(rid, (0, 0))
+            nodes, depth, predicted = self._depths.get(rid, (0, 0, 0.0))
             accepted = delta.num_accepted_tokens
             stats.steps += 1
             stats.tokens += len(delta.token_ids)
             stats.drafted += nodes
             stats.accepted += accepted
             if nodes:
-                self.policy.observe(depth, accepted)
+                self.policy.observe(depth, accepted, predicted)
             for key, value in (
                 ("steps", 1),
                 ("tokens", len(delta.token_ids)),

@@ -10,7 +10,9 @@ start at the first response token. Appends are keyed by (group, request, start):
 - a write from a newer chunk that disagrees with stored tokens (a chunk re-run from its
   committed progress after a generator died) truncates the sequence there and bumps its
   epoch, so replicas replay it.
-`sync` answers a replica with only what it lacks. `close_groups` frees a group's tree, or,
+Every change is also an entry of the group's append log (a `SeqDelta`); a replica that has
+replayed `version` entries gets the entries after them from `sync` and nothing else, so a
+sync costs what changed, not what the group holds. `close_groups` frees a group's tree, or,
 with `keep_history`, keeps its responses as extra sequences for the next group opened for
 the same prompt (drafts from the previous iteration; beyond Seer).
 """
@@ -23,7 +25,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from actors.drafts.suffix_tree import SuffixTree
-from transport.messages import DraftDeltas, GroupInfo, SeqDelta, SyncDrafts, TokenAppend
+from transport.messages import (
+    DraftDeltas,
+    GroupCursor,
+    GroupInfo,
+    SeqDelta,
+    SyncDrafts,
+    TokenAppend,
+)
 
 PROMPT_TAIL_TOKENS = 16
 HISTORY_PREFIX = "history:"
@@ -51,30 +60,44 @@ class GroupLog:
     rollout_id: str = ""
     seqs: dict[str, SeqLog] = field(default_factory=dict)
     next_id: int = 0
+    log: list[SeqDelta] = field(default_factory=list)  # every change, in order
 
     def add_seq(self, key: str, tokens: Sequence[int] = (), chunk_seq: int = -1) -> SeqLog:
-        log = self.seqs[key] = SeqLog(self.next_id, list(tokens), 0, chunk_seq)
+        seq = self.seqs[key] = SeqLog(self.next_id, list(tokens), 0, chunk_seq)
         self.next_id += 1
-        self.tree.append(log.tree_id, [*self.prompt_tail, *tokens])
-        return log
+        self.tree.append(seq.tree_id, [*self.prompt_tail, *tokens])
+        self._record(key, seq, 0)
+        return seq
 
-    def extend(self, log: SeqLog, tokens: Sequence[int]) -> None:
-        log.tokens.extend(tokens)
-        self.tree.append(log.tree_id, tokens)
+    def extend(self, key: str, seq: SeqLog, tokens: Sequence[int]) -> None:
+        start = len(seq.tokens)
+        seq.tokens.extend(tokens)
+        self.tree.append(seq.tree_id, tokens)
+        self._record(key, seq, start)
 
-    def replace(self, log: SeqLog, start: int, tokens: Sequence[int]) -> None:
-        del log.tokens[start:]
-        log.tokens.extend(tokens)
-        log.epoch += 1
-        self.tree.remove(log.tree_id)
-        self.tree.append(log.tree_id, [*self.prompt_tail, *log.tokens])
+    def replace(self, key: str, seq: SeqLog, start: int, tokens: Sequence[int]) -> None:
+        del seq.tokens[start:]
+        seq.tokens.extend(tokens)
+        seq.epoch += 1
+        self.tree.remove(seq.tree_id)
+        self.tree.append(seq.tree_id, [*self.prompt_tail, *seq.tokens])
+        self._record(key, seq, 0)
+
+    def _record(self, key: str, seq: SeqLog, start: int) -> None:
+        tokens = tuple(seq.tokens[start:])
+        self.log.append(
+            SeqDelta(
+                group_id=self.group_id, seq=key, epoch=seq.epoch, start=start, token_ids=tokens
+            )
+        )
 
     def set_prompt_tail(self, tail: tuple[int, ...]) -> None:
-        """Rebuild the tree under a new prompt tail (appends came before `GroupsOpened`)."""
+        """Rebuild the tree under a new prompt tail (appends came before `GroupsOpened`;
+        replicas take the tail from their own copy of the prompt)."""
         self.prompt_tail = tail
-        for log in self.seqs.values():
-            self.tree.remove(log.tree_id)
-            self.tree.append(log.tree_id, [*tail, *log.tokens])
+        for seq in self.seqs.values():
+            self.tree.remove(seq.tree_id)
+            self.tree.append(seq.tree_id, [*tail, *seq.tokens])
 
 
 class DraftStore:
@@ -175,7 +198,7 @@ class DraftStore:
         log.chunk_seq = a.chunk_seq
         have = log.tokens[a.start : a.start + len(a.token_ids)]
         if list(a.token_ids[: len(have)]) != have:
-            group.replace(log, a.start, a.token_ids)
+            group.replace(a.request_id, log, a.start, a.token_ids)
             self.counters["replaced"] += 1
             self.counters["appended_tokens"] += len(a.token_ids)
             return "replaced"
@@ -183,40 +206,28 @@ class DraftStore:
         self.counters["duplicate_tokens"] += len(have)
         if not new:
             return "duplicate"
-        group.extend(log, new)
+        group.extend(a.request_id, log, new)
         self.counters["appended_tokens"] += len(new)
         return "applied"
 
     # ---- replicas --------------------------------------------------------------------
     def sync(self, msg: SyncDrafts) -> DraftDeltas:
-        """What a replica lacks of the groups it names (nothing of its `own` sequences)."""
-        cursors = {(c.group_id, c.seq): c for c in msg.cursors}
-        own = set(msg.own)
+        """The log entries each named group has past the replica's version."""
         deltas: list[SeqDelta] = []
+        versions: list[GroupCursor] = []
         closed: list[str] = []
-        for gid in msg.groups:
-            group = self.groups.get(gid)
+        for cur in msg.groups:
+            group = self.groups.get(cur.group_id)
             if group is None:
-                if gid in self._closed:
-                    closed.append(gid)
+                if cur.group_id in self._closed:
+                    closed.append(cur.group_id)
                 continue
-            for key, log in group.seqs.items():
-                if key in own:
-                    continue
-                cur = cursors.get((gid, key))
-                if cur is None or cur.epoch != log.epoch:
-                    if not log.tokens and cur is None:
-                        continue
-                    start = 0
-                elif cur.count < len(log.tokens):
-                    start = cur.count
-                else:
-                    continue
-                tokens = tuple(log.tokens[start:])
-                deltas.append(SeqDelta(group_id=gid, seq=key, epoch=log.epoch, start=start,
-                                       token_ids=tokens))
-                self.counters["synced_tokens"] += len(tokens)
-        return DraftDeltas(deltas=tuple(deltas), closed=tuple(closed))
+            if cur.version < len(group.log):
+                new = group.log[max(cur.version, 0) :]
+                deltas.extend(new)
+                self.counters["synced_tokens"] += sum(len(d.token_ids) for d in new)
+                versions.append(GroupCursor(group_id=cur.group_id, version=len(group.log)))
+        return DraftDeltas(deltas=tuple(deltas), versions=tuple(versions), closed=tuple(closed))
 
     # ---- internals -------------------------------------------------------------------
     def _new_group(self, gid: str, prompt_id: str, tail: tuple[int, ...]) -> GroupLog:

@@ -163,7 +163,7 @@ def run(json_path: str | None, quick: bool = False, repeats: int | None = None) 
         for k, v in model_options(cfg, task, model_path).__dict__.items()
         if v is not None
     }
-    num_prompts = 8 if quick else 32
+    num_prompts = 32 if quick else 128
     repeats = repeats or (1 if quick else 3)
     task_prompts = task.sample_prompts(num_prompts, np.random.default_rng(20261129))
     prompts = [

@@ -57,7 +57,7 @@ def test_no_speculation_when_it_does_not_pay() -> None:
 
 
 def test_probes_first_then_the_largest_weighted_gain() -> None:
-    # budget: g* = 1 with a 30% cost per token -> 1 token per running request = 3
+    # each draft token per row costs 30% of a step; B = 3
     policy = MarginalBenefitPolicy(SpecConfig(probe_weight=2.0), lambda b, g: 1.0 + 0.3 * g)
     cands = [
         Candidate("a", False, [0.9, 0.85, 0.8]),
@@ -65,14 +65,25 @@ def test_probes_first_then_the_largest_weighted_gain() -> None:
         Candidate("p", True, [0.2, 0.1]),
     ]
     grant = policy.allocate(3, cands)
-    # p gets its probe token; then a (0.9), a (0.85) beat b (0.3) and p's second (2 x 0.1)
-    assert grant == {"p": 1, "a": 2}
+    # order: p's probe token, a 0.9, 0.85, 0.8, b 0.3, p 2 x 0.1; tokens per second
+    # (3 + sum p) / (1 + 0.3 n / 3) peaks at n = 4: 5.75 / 1.4
+    assert grant == {"p": 1, "a": 3}
 
 
-def test_budget_too_small_for_every_probe_means_no_drafts() -> None:
-    policy = MarginalBenefitPolicy(SpecConfig(), lambda b, g: 1.0 + 0.3 * g)  # g* = 1
-    cands = [Candidate(f"p{i}", True, [0.9]) for i in range(3)]
-    assert policy.allocate(2, cands) == {}  # budget 2 < 3 probes
+def test_budget_below_the_probes_means_no_drafts() -> None:
+    policy = MarginalBenefitPolicy(SpecConfig(), lambda b, g: 1.0 + 0.3 * g)
+    # one probe token pays (2.9 / 1.15 > 2), two do not (3.0 / 1.3 < 2.52): budget 1 < 2
+    assert policy.allocate(2, [Candidate("p0", True, [0.9]), Candidate("p1", True, [0.1])]) == {}
+
+
+def test_measured_calibration_turns_optimistic_trees_off() -> None:
+    policy = MarginalBenefitPolicy(SpecConfig(), lambda b, g: 1.0 + 0.3 * g)
+    cands = [Candidate("a", False, [0.9, 0.8])]
+    assert policy.allocate(1, cands) == {"a": 2}
+    for _ in range(200):  # the trees promised 1.7 tokens a step; none was accepted
+        policy.observe(2, 0, predicted=1.7)
+    assert policy.calibration.factor < 0.05
+    assert policy.allocate(1, cands) == {}
 
 
 def test_grants_never_exceed_g_max_or_the_draft() -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from actors.drafts.client import DraftClient
 from actors.drafts.store import HISTORY_PREFIX, DraftStore
 from actors.drafts.suffix_tree import SuffixTree
-from transport.messages import GroupInfo, SyncDrafts, TokenAppend
+from transport.messages import GroupCursor, GroupInfo, SyncDrafts, TokenAppend
 
 TAIL = (7, 8, 9)
 
@@ -111,9 +111,10 @@ def test_sync_sends_only_what_the_replica_lacks() -> None:
     client.start("a", "g", 0, [5, *TAIL], [])
     store.append(put("g", "b", 0, [1, 2, 3]))
     msg = client.sync_message()
-    assert msg is not None and msg.groups == ("g",) and msg.own == ("a",)
+    assert msg is not None and msg.groups == (GroupCursor(group_id="g", version=0),)
     first = store.sync(msg)
     assert [(d.seq, d.start, d.token_ids) for d in first.deltas] == [("b", 0, (1, 2, 3))]
+    assert first.versions == (GroupCursor(group_id="g", version=1),)
     client.apply(first)
     store.append(put("g", "b", 3, [4]))
     second = store.sync(client.sync_message())  # type: ignore[arg-type]
@@ -143,8 +144,19 @@ def test_own_tokens_reach_the_replica_at_once_and_the_store_as_appends() -> None
     assert client.replicas["g"].seqs["a"].tokens == [1, 2, 3, 4]
     appends = client.take_appends()
     got = [(a.start, a.token_ids, a.chunk_seq) for a in appends]
-    assert got == [(1, (2, 3), 3), (3, (4,), 3)]
+    assert got == [(1, (2, 3, 4), 3)]  # merged between syncs
     assert client.take_appends() == ()
+
+
+def test_replaying_a_log_entry_twice_changes_nothing() -> None:
+    client = DraftClient("group", max_depth=8, max_match=4)
+    client.start("a", "g", 0, list(TAIL), [1, 2])
+    client.end("a")  # no longer written here; the store's entries for it may still come
+    replica = client.replicas["g"]
+    assert replica.apply("a", 0, 0, [1, 2]) and replica.apply("a", 0, 1, [2, 3])
+    assert replica.seqs["a"].tokens == [1, 2, 3]
+    assert not replica.apply("a", 0, 5, [9])  # a gap does not fit
+    assert replica.tree.count([*TAIL, 1, 2, 3]) == 1
 
 
 def test_self_mode_keeps_one_private_tree_per_request_and_never_syncs() -> None:
@@ -195,7 +207,9 @@ def test_a_synced_replica_equals_the_stores_tree(
     for w in (0, 1):
         client.end(f"s{w}")
     replica = client.replicas["g"]
-    client.apply(store.sync(SyncDrafts(groups=("g",), cursors=tuple(replica.cursors()))))
+    client.apply(
+        store.sync(SyncDrafts(groups=(GroupCursor(group_id="g", version=replica.version),)))
+    )
     store_seqs = {k: s.tokens for k, s in store.groups["g"].seqs.items()}
     replica_seqs = {k: s.tokens for k, s in replica.seqs.items() if s.tokens}
     assert replica_seqs == store_seqs
