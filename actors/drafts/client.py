@@ -99,6 +99,7 @@ class _Running:
     matcher: Matcher
     num_tokens: int  # the request's response tokens so far
     sent: int  # of which the store has been sent (queued) this many
+    pending: list[int] = field(default_factory=list)  # not yet in the tree and matcher
 
 
 class DraftClient:
@@ -122,6 +123,7 @@ class DraftClient:
         self.running: dict[str, _Running] = {}
         self._appends: list[TokenAppend] = []
         self._group_of: dict[str, str] = {}
+        self._members: dict[str, set[str]] = {}  # group -> its requests running here
         self.counters = {"synced_tokens": 0, "misfit_deltas": 0, "closed_groups": 0}
 
     # ---- requests --------------------------------------------------------------------
@@ -143,24 +145,44 @@ class DraftClient:
         n = len(generated_ids)
         self.running[request_id] = _Running(gid, chunk_seq, matcher, n, n)
         self._group_of[request_id] = gid
+        self._members.setdefault(gid, set()).add(request_id)
 
     def extend(self, request_id: str, tokens: Sequence[int]) -> None:
+        """New tokens of a request running here. They reach the tree and the matcher
+        lazily (`_settle`), when the group is drafted from or synced: a step that drafts
+        nothing costs a list append per request."""
         run = self.running.get(request_id)
         if run is None or not tokens:
             return
+        run.pending.extend(tokens)
+        run.num_tokens += len(tokens)
+
+    def _settle(self, request_id: str, run: _Running) -> None:
+        if not run.pending:
+            return
+        tokens, run.pending = run.pending, []
         replica = self.replicas.get(run.group)
         if replica is not None:
             replica.extend(request_id, tokens)
         run.matcher.feed(tokens)
-        run.num_tokens += len(tokens)
+
+    def _settle_group(self, group_id: str) -> None:
+        for rid in self._members.get(group_id, ()):
+            self._settle(rid, self.running[rid])
 
     def end(self, request_id: str) -> None:
         """The request's chunk ended here: its sequence is now the store's to update."""
         run = self.running.get(request_id)
         if run is None:
             return
+        self._settle(request_id, run)
         self._flush(request_id, run)
         del self.running[request_id]
+        members = self._members.get(run.group)
+        if members is not None:
+            members.discard(request_id)
+            if not members:
+                del self._members[run.group]
         replica = self.replicas.get(run.group)
         if replica is not None:
             replica.own.discard(request_id)
@@ -171,6 +193,7 @@ class DraftClient:
         run = self.running.get(request_id)
         if run is None or max_tokens <= 0:
             return None
+        self._settle_group(run.group)
         return run.matcher.speculate(
             max_tokens=max_tokens, top_k_paths=top_k_paths, min_prob=min_prob
         )
@@ -191,6 +214,7 @@ class DraftClient:
         """One append per request with tokens the store has not been sent (batched per
         sync rather than per step: an engine step only touches the local replica)."""
         for request_id, run in self.running.items():
+            self._settle(request_id, run)
             self._flush(request_id, run)
         out, self._appends = tuple(self._appends), []
         return out
@@ -220,6 +244,11 @@ class DraftClient:
             return None
         cursors = [GroupCursor(group_id=g, version=self.replicas[g].version) for g in groups]
         return SyncDrafts(groups=tuple(cursors))
+
+    def settle(self) -> None:
+        """Bring every running request's tokens into its tree and matcher now."""
+        for request_id, run in self.running.items():
+            self._settle(request_id, run)
 
     def apply(self, msg: DraftDeltas) -> None:
         for d in msg.deltas:

@@ -46,7 +46,7 @@ class SpecConfig:
     min_prob: float = 0.1
     max_match: int = 32
     tree_depth: int = 64
-    sync_interval_s: float = 0.02
+    sync_interval_s: float = 0.05
     store_timeout_s: float = 2.0
 
     def __post_init__(self) -> None:
@@ -129,6 +129,8 @@ class MarginalBenefitPolicy:
         self.stats = AcceptanceStats(config.g_max)
         self.calibration = Calibration()
         self._times: dict[int, list[float]] = {}
+        self._pays: dict[int, tuple[bool, int]] = {}  # batch -> (can pay, when decided)
+        self._num_observed = 0
 
     def step_times(self, batch: int) -> list[float]:
         """T(batch, g) for g = 0..g_max, made non-decreasing in g (a longer draft never
@@ -144,14 +146,24 @@ class MarginalBenefitPolicy:
         return times
 
     def can_pay(self, batch: int) -> bool:
-        """Whether drafts could pay at all this step: even nodes accepted with the highest
-        calibrated probability (c, at p = 1) must beat T(B, 0) for some budget. Saves the
-        drafting work at large batches."""
+        """Whether drafts could pay at all this step, before any drafting work: with every
+        node accepted at twice the measured first-position rate (the nodes the policy picks
+        beat the average), some budget must beat T(B, 0). False at large batches on a CPU,
+        where a verify step costs about what its extra tokens do. Re-decided after every
+        64 observed drafts (the acceptance moves slowly)."""
+        cached = self._pays.get(batch)
+        if cached is not None and self._num_observed - cached[1] < 64:
+            return cached[0]
+        pays = self._can_pay(batch)
+        self._pays[batch] = (pays, self._num_observed)
+        return pays
+
+    def _can_pay(self, batch: int) -> bool:
         times = self.step_times(batch)
-        c = min(self.calibration.factor, 1.0)
+        q = min(1.0, 2.0 * self.stats.alpha(1))
         base = batch / times[0]
         return any(
-            (batch + c * n) / _interp(times, n / batch) > base
+            (batch + q * n) / _interp(times, n / batch) > base
             for n in range(1, batch * self.config.g_max + 1, max(1, batch // 4))
         )
 
@@ -197,6 +209,7 @@ class MarginalBenefitPolicy:
     def observe(self, draft_depth: int, accepted: int, predicted: float = 0.0) -> None:
         self.stats.observe(draft_depth, accepted)
         self.calibration.observe(predicted, accepted)
+        self._num_observed += 1
 
     def _order(self, candidates: Sequence[Candidate]) -> list[tuple[str, float]]:
         """(request, node probability) in allocation order, at most g_max per request."""

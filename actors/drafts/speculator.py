@@ -47,6 +47,9 @@ class Speculator:
         # rid -> (nodes, depth, predicted accepted tokens) drafted this step
         self._depths: dict[str, tuple[int, int, float]] = {}
         self.totals = {"steps": 0, "tokens": 0, "drafted": 0, "accepted": 0}
+        self._skip: dict[int, int] = {}  # batch size -> steps to skip drafting
+        self.is_drafting = False  # whether the last step's batch size was worth drafting for
+        self._backoff: dict[int, int] = {}
 
     def start(
         self,
@@ -78,8 +81,14 @@ class Speculator:
         if client is None or not decoding_ids:
             return {}
         batch = len(decoding_ids)
+        skip = self._skip.get(batch, 0)
+        self.is_drafting = False
+        if skip > 0:  # drafts did not pay at this batch size lately: no drafting work
+            self._skip[batch] = skip - 1
+            return {}
         if not self.policy.can_pay(batch):
             return {}
+        self.is_drafting = True
         paths, max_nodes = self.policy.paths(batch), self.policy.max_nodes(batch)
         specs = {}
         candidates = []
@@ -92,8 +101,12 @@ class Speculator:
             specs[rid] = res
             stats = self.chunks.get(rid)
             candidates.append(Candidate(rid, stats is not None and stats.is_probe, res.probs))
+        grant = self.policy.allocate(batch, candidates)
+        # back off exponentially (up to 64 steps) while the policy keeps granting nothing
+        self._backoff[batch] = min(2 * self._backoff.get(batch, 1), 64) if not grant else 1
+        self._skip[batch] = 0 if grant else self._backoff[batch]
         out = {}
-        for rid, n in self.policy.allocate(batch, candidates).items():
+        for rid, n in grant.items():
             res = specs[rid]
             parents = res.parents[:n]
             out[rid] = Draft(tuple(res.token_ids[:n]), tuple(parents))
@@ -102,28 +115,30 @@ class Speculator:
 
     def observe(self, result: StepResult, decoding_ids: Sequence[str]) -> None:
         decoding = set(decoding_ids)
+        client, drafted = self.client, self._depths
+        steps = tokens = 0
         for delta in result.deltas:
             rid = delta.request_id
-            if self.client is not None:
-                self.client.extend(rid, delta.token_ids)
+            if client is not None:
+                client.extend(rid, delta.token_ids)
             stats = self.chunks.get(rid)
-            if rid not in decoding or stats is None:
+            if stats is None or rid not in decoding:
                 continue  # a prefill step's first token is not a verify step
-            nodes, depth, predicted = self._depths.get(rid, (0, 0, 0.0))
-            accepted = delta.num_accepted_tokens
+            n = len(delta.token_ids)
             stats.steps += 1
-            stats.tokens += len(delta.token_ids)
-            stats.drafted += nodes
-            stats.accepted += accepted
-            if nodes:
+            stats.tokens += n
+            steps += 1
+            tokens += n
+            if rid in drafted:
+                nodes, depth, predicted = drafted[rid]
+                accepted = delta.num_accepted_tokens
+                stats.drafted += nodes
+                stats.accepted += accepted
+                self.totals["drafted"] += nodes
+                self.totals["accepted"] += accepted
                 self.policy.observe(depth, accepted, predicted)
-            for key, value in (
-                ("steps", 1),
-                ("tokens", len(delta.token_ids)),
-                ("drafted", nodes),
-                ("accepted", accepted),
-            ):
-                self.totals[key] += value
+        self.totals["steps"] += steps
+        self.totals["tokens"] += tokens
 
     @property
     def mean_accept_len(self) -> float:

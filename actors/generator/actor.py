@@ -10,8 +10,9 @@ Speculation (`spec_*` options, see `actors.drafts.policy.SpecConfig`): before ea
 `Speculator` drafts for the decoding requests from local suffix-tree replicas; with mode
 "group" a background task pushes this generator's new tokens to the draft store
 (`TokensAppended`) and pulls what its replicas lack (`SyncDrafts`) every
-`spec_sync_interval_s`. A store that does not answer costs drafts, never progress: decoding
-goes on with what the replicas hold (this generator's own requests) and the sync retries.
+`spec_sync_interval_s` (10x less often while the batch is too large for drafts to pay). A
+store that does not answer costs drafts, never progress: decoding goes on with what the
+replicas hold (this generator's own requests) and the sync retries.
 
 All engine calls happen in one task, the step loop: handlers only queue work, so an engine
 step (run in a worker thread, torch releases the GIL) never races with `add`. A chunk the
@@ -83,7 +84,7 @@ class GeneratorOptions:
     spec_min_prob: float = 0.1
     spec_max_match: int = 32
     spec_tree_depth: int = 64
-    spec_sync_interval_s: float = 0.02
+    spec_sync_interval_s: float = 0.05
     spec_store_timeout_s: float = 2.0
 
     def spec_config(self) -> SpecConfig:
@@ -326,7 +327,10 @@ class GeneratorActor(Actor):
         client = spec.client
         assert client is not None
         while True:
-            await anyio.sleep(cfg.sync_interval_s if self.store_ok else 1.0)
+            # while the batch is too large for drafts to pay, sync 10x less often (the
+            # store still hears every chunk's tokens), sparing the CPU that decodes
+            idle = not spec.is_drafting or not self.store_ok
+            await anyio.sleep(cfg.sync_interval_s * (10 if idle else 1))
             appends = client.take_appends()
             request = client.sync_message()
             try:

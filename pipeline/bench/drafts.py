@@ -7,7 +7,8 @@ end-of-sequence:
     decoding (each request drafts from its own output, fixed draft length), grouped with a
     fixed draft length, and grouped adaptive (Seer: siblings' tokens via the draft store,
     marginal-benefit budget). Each variant is its own topology (2 generator processes);
-    repeats are interleaved and the table reports medians. With the same seeds every
+    repeats are interleaved, each starting with another variant, and the table reports
+    medians. With the same seeds every
     variant must produce the same samples (verification is lossless and coupled); the bench
     checks it.
 (a) core speed of the suffix tree on the token streams of those rollouts: append tokens/s
@@ -138,8 +139,10 @@ async def run_variants(
                     rollouts[name] = await stack.enter_async_context(Rollout(config))
                     warm = SamplingSpec(max_new_tokens=8, seed=1)
                     await rollouts[name].generate([p.token_ids for p in prompts[:2]], 2, warm)
-            for r in range(repeats):
-                for name, rollout in rollouts.items():
+            names = list(rollouts)
+            for r in range(repeats):  # each repeat starts with another variant (order bias)
+                for name in names[r % len(names) :] + names[: r % len(names)]:
+                    rollout = rollouts[name]
                     with console.status(f"rollout {r + 1}/{repeats}: {name}"):
                         result = await rollout.generate_with_record(prompts, group_size, sampling)
                     metrics = result.metrics()
@@ -164,7 +167,7 @@ def run(json_path: str | None, quick: bool = False, repeats: int | None = None) 
         if v is not None
     }
     num_prompts = 32 if quick else 128
-    repeats = repeats or (1 if quick else 3)
+    repeats = repeats or (1 if quick else 4)
     task_prompts = task.sample_prompts(num_prompts, np.random.default_rng(20261129))
     prompts = [
         PromptSpec(prompt_id=f"p{i}", token_ids=p.token_ids) for i, p in enumerate(task_prompts)

@@ -136,11 +136,14 @@ def test_replica_replays_a_replaced_sequence() -> None:
     assert client.replicas["g"].tree.count([2]) == 0
 
 
-def test_own_tokens_reach_the_replica_at_once_and_the_store_as_appends() -> None:
+def test_own_tokens_reach_the_replica_before_drafting_and_the_store_as_one_append() -> None:
     client = DraftClient("group", max_depth=8, max_match=4)
     client.start("a", "g", 3, list(TAIL), [1])
+    client.start("b", "g", 0, list(TAIL), [])
     client.extend("a", [2, 3])
     client.extend("a", [4])
+    assert client.replicas["g"].seqs["a"].tokens == [1]  # lazily: nothing drafted yet
+    client.speculate("b", max_tokens=2)  # drafting from the group settles its requests
     assert client.replicas["g"].seqs["a"].tokens == [1, 2, 3, 4]
     appends = client.take_appends()
     got = [(a.start, a.token_ids, a.chunk_seq) for a in appends]

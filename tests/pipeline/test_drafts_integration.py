@@ -67,9 +67,9 @@ async def test_speculation_never_changes_a_sample(tmp_path: Path, temperature: f
 
 
 async def test_a_dead_draft_store_costs_drafts_not_samples(tmp_path: Path) -> None:
-    sampling = SamplingSpec(temperature=0.0, seed=3, ignore_eos=True, max_new_tokens=120)
+    sampling = SamplingSpec(temperature=0.0, seed=3, ignore_eos=True, max_new_tokens=240)
     reference, _ = await _samples(tmp_path, VARIANTS["off"], sampling)
-    gen = {**TINY, "spec_store_timeout_s": 0.1}
+    gen = {**TINY, "spec_store_timeout_s": 0.1, "spec_sync_interval_s": 0.01}
     config = rollout_config(num_generators=2, chunk_size=16, generator=gen, run_dir=str(tmp_path))
     async with Rollout(config, mode="local") as rollout:
         cluster = rollout._cluster()
@@ -82,7 +82,7 @@ async def test_a_dead_draft_store_costs_drafts_not_samples(tmp_path: Path) -> No
         stats = [await cluster.call("generator", i, GetStats()) for i in (0, 1)]
     assert [s.token_ids for g in result.groups for s in g.samples] == reference
     failures = [s.counters["store_failures"] for s in stats if isinstance(s, ActorStats)]
-    assert len(failures) == 2 and sum(failures) >= 1, failures
+    assert len(failures) == 2 and sum(failures) >= 1, failures  # it did try, and went on
 
 
 def test_speculator_around_an_engine_matches_plain_decoding() -> None:
