@@ -7,8 +7,9 @@ end-of-sequence:
     decoding (each request drafts from its own output, fixed draft length), grouped with a
     fixed draft length, and grouped adaptive (Seer: siblings' tokens via the draft store,
     marginal-benefit budget). Each variant is its own topology (2 generator processes);
-    repeats are interleaved, each starting with another variant, and the table reports
-    medians. With the same seeds every
+    repeats are interleaved, forward then backward (the variant that runs just after a
+    heavy one pays for its lingering work), with a pause between runs, and the table
+    reports medians. With the same seeds every
     variant must produce the same samples (verification is lossless and coupled); the bench
     checks it.
 (a) core speed of the suffix tree on the token streams of those rollouts: append tokens/s
@@ -140,9 +141,10 @@ async def run_variants(
                     warm = SamplingSpec(max_new_tokens=8, seed=1)
                     await rollouts[name].generate([p.token_ids for p in prompts[:2]], 2, warm)
             names = list(rollouts)
-            for r in range(repeats):  # each repeat starts with another variant (order bias)
-                for name in names[r % len(names) :] + names[: r % len(names)]:
+            for r in range(repeats):  # forward, then backward: no variant always follows
+                for name in names if r % 2 == 0 else names[::-1]:  # the same one
                     rollout = rollouts[name]
+                    await anyio.sleep(1.0)  # the last variant's lingering work settles
                     with console.status(f"rollout {r + 1}/{repeats}: {name}"):
                         result = await rollout.generate_with_record(prompts, group_size, sampling)
                     metrics = result.metrics()
