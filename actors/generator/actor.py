@@ -6,11 +6,11 @@ answered after the swap), `GetLoad`. Emits one `ChunkFinished` per chunk to the 
 with the tokens, logprobs, finish reason, timing, speculation statistics and the
 generator's load and counters.
 
-Speculation (`spec_*` options, see `actors.drafts.policy.SpecConfig`): before each step the
+Speculation (option `spec`, an `actors.drafts.policy.SpecConfig`): before each step the
 `Speculator` drafts for the decoding requests from local suffix-tree replicas; with mode
 "group" a background task pushes this generator's new tokens to the draft store
 (`TokensAppended`) and pulls what its replicas lack (`SyncDrafts`) every
-`spec_sync_interval_s` (10x less often while the batch is too large for drafts to pay). A
+`spec.sync_interval_s` (10x less often while the batch is too large for drafts to pay). A
 store that does not answer costs drafts, never progress: decoding goes on with what the
 replicas hold (this generator's own requests) and the sync retries.
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
 import torch
@@ -74,34 +74,7 @@ class GeneratorOptions:
     num_threads: int = 1
     eos_token_id: int | None = None
     profile: bool = False
-    spec_mode: str = "group"
-    spec_budget: str = "adaptive"
-    spec_fixed_len: int = 4
-    spec_g_max: int = 8
-    spec_probe_weight: float = 2.0
-    spec_paths: int = 4
-    spec_multipath_max_batch: int = 4
-    spec_min_prob: float = 0.1
-    spec_max_match: int = 32
-    spec_tree_depth: int = 64
-    spec_sync_interval_s: float = 0.05
-    spec_store_timeout_s: float = 2.0
-
-    def spec_config(self) -> SpecConfig:
-        return SpecConfig(
-            mode=self.spec_mode,  # type: ignore[arg-type]  # validated by SpecConfig
-            budget=self.spec_budget,  # type: ignore[arg-type]
-            fixed_len=self.spec_fixed_len,
-            g_max=self.spec_g_max,
-            probe_weight=self.spec_probe_weight,
-            paths=self.spec_paths,
-            multipath_max_batch=self.spec_multipath_max_batch,
-            min_prob=self.spec_min_prob,
-            max_match=self.spec_max_match,
-            tree_depth=self.spec_tree_depth,
-            sync_interval_s=self.spec_sync_interval_s,
-            store_timeout_s=self.spec_store_timeout_s,
-        )
+    spec: SpecConfig = field(default_factory=SpecConfig)  # speculation (a TOML sub-table)
 
     def model_config(self) -> ModelConfig:
         return ModelConfig(
@@ -151,7 +124,7 @@ class GeneratorActor(Actor):
         self.buckets: dict[str, torch.Tensor] = {}
         self.new_weights: tuple[dict[str, torch.Tensor], int, anyio.Event] | None = None
         self.num_chunks = 0
-        self.spec_config = self.opts.spec_config()
+        self.spec_config = self.opts.spec
         self.spec: Speculator | None = None
         self.store_ok = True
         self.num_store_failures = 0

@@ -45,10 +45,10 @@ from pipeline.tasks import get_task
 from transport.messages import PromptSpec, SampleResult, SamplingSpec
 
 VARIANTS: dict[str, dict[str, Any]] = {
-    "none": {"spec_mode": "off"},
-    "self": {"spec_mode": "self", "spec_budget": "fixed"},
-    "group_fixed": {"spec_mode": "group", "spec_budget": "fixed"},
-    "group_adaptive": {"spec_mode": "group", "spec_budget": "adaptive"},
+    "none": {"spec": {"mode": "off"}},
+    "self": {"spec": {"mode": "self", "budget": "fixed"}},
+    "group_fixed": {"spec": {"mode": "group", "budget": "fixed"}},
+    "group_adaptive": {"spec": {"mode": "group", "budget": "adaptive"}},
 }
 REFS: tuple[int | None, ...] = (0, 1, 5, None)  # None = every sibling
 PATHS = (1, 4)

@@ -92,7 +92,7 @@ async def run_policies(
         temperature=1.0, seed=workload.seed, ignore_eos=True, max_new_tokens=workload.max_new_tokens
     )
     # scheduling alone: random-model text gives drafts nothing to find (`seer bench drafts`)
-    gen = {"spec_mode": "off", **gen}
+    gen = {"spec": {"mode": "off"}, **gen}
     config = rollout_config(num_generators=2, chunk_size=chunk_size, generator=gen)
     records: dict[str, list[RolloutRecord]] = {name: [] for name in policies}
     async with Rollout(config) as rollout:

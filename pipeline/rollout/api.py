@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import torch
 
+from actors.drafts.policy import SpecConfig
 from actors.publish import publish_weights
 from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfig
 from pipeline.launch import Cluster, launch_inprocess, launch_local
@@ -94,7 +95,7 @@ def rollout_config(
     drafts: Mapping[str, Any] | None = None,
 ) -> PipelineConfig:
     """The rollout topology: splitter, estimator, scheduler, `num_generators` generators and,
-    when the generators speculate from their groups (`spec_mode` "group", the default), the
+    when the generators speculate from their groups (`spec.mode` "group", the default), the
     draft-tree store (options: `drafts`)."""
     gen_opts = dict(generator or {})
     sched_opts = {
@@ -112,7 +113,8 @@ def rollout_config(
             ActorGroup(role="generator", kind="generator", count=num_generators, options=gen_opts),
         )
     )
-    if gen_opts.get("spec_mode", "group") == "group":
+    spec = gen_opts.get("spec", {})
+    if (spec.mode if isinstance(spec, SpecConfig) else spec.get("mode", "group")) == "group":
         store = ActorGroup(role="drafts", kind="drafts", options=dict(drafts or {}))
         topology = Topology(actors=(*topology.actors, store))
     extra: dict[str, Any] = {} if run_id is None else {"run_id": run_id}

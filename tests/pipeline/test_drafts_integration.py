@@ -32,10 +32,10 @@ TINY: dict[str, Any] = {
 }
 PROMPTS = [PromptSpec(prompt_id=f"q{i}", token_ids=tuple(range(3 + i, 12 + i))) for i in range(3)]
 VARIANTS = {
-    "off": {"spec_mode": "off"},
-    "self": {"spec_mode": "self", "spec_budget": "fixed"},
-    "group_fixed": {"spec_mode": "group", "spec_budget": "fixed"},
-    "group": {"spec_mode": "group"},  # adaptive: drafts only when the profiled steps say so
+    "off": {"spec": {"mode": "off"}},
+    "self": {"spec": {"mode": "self", "budget": "fixed"}},
+    "group_fixed": {"spec": {"mode": "group", "budget": "fixed"}},
+    "group": {"spec": {"mode": "group"}},  # adaptive: drafts only when the profiled steps say so
 }
 
 
@@ -69,7 +69,7 @@ async def test_speculation_never_changes_a_sample(tmp_path: Path, temperature: f
 async def test_a_dead_draft_store_costs_drafts_not_samples(tmp_path: Path) -> None:
     sampling = SamplingSpec(temperature=0.0, seed=3, ignore_eos=True, max_new_tokens=240)
     reference, _ = await _samples(tmp_path, VARIANTS["off"], sampling)
-    gen = {**TINY, "spec_store_timeout_s": 0.1, "spec_sync_interval_s": 0.01}
+    gen = {**TINY, "spec": {"store_timeout_s": 0.1, "sync_interval_s": 0.01}}
     config = rollout_config(num_generators=2, chunk_size=16, generator=gen, run_dir=str(tmp_path))
     async with Rollout(config, mode="local") as rollout:
         cluster = rollout._cluster()
