@@ -30,6 +30,7 @@ from transport.security import CurveKeys
 _CHECKPOINT_EVERY: Final = 64
 _ONE_WAY: Final = b""
 _MAX_FD_WAIT_S: Final = 0.05
+_MAX_REPLY_WAIT_MS: Final = 10  # a call's wait for its reply re-checks this often
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -248,8 +249,11 @@ class RequestSocket(_Socket):
         return reply
 
     async def _read_one(self) -> None:
+        # Bounded like `_wait`: a reply whose FD edge was consumed by a send on this same
+        # socket (the scheduler sends chunks and calls for loads on one DEALER) would
+        # otherwise leave the poll asleep until the call timed out: a live peer declared lost.
         if not self._try_read():
-            await self._poller.poll()
+            await self._poller.poll(timeout=_MAX_REPLY_WAIT_MS)
             self._try_read()
 
     def _try_read(self) -> bool:

@@ -262,6 +262,12 @@ class SchedulerActor(Actor):
             ),
         )
 
+    async def _abandon(self, run: Rollout, reason: str) -> None:
+        """Fail the rollout rather than wait forever: the driver gets `RolloutFailed`."""
+        self.current = None
+        self.log.error("rollout_failed", rollout=run.rollout_id, reason=reason)
+        await self.send_to("driver", 0, RolloutFailed(rollout_id=run.rollout_id, reason=reason))
+
     async def _load(self, instance: int, timeout: float = 30.0) -> LoadReport:
         reply = await self.call("generator", instance, GetLoad(), timeout=timeout)
         assert isinstance(reply, LoadReport)
@@ -269,11 +275,16 @@ class SchedulerActor(Actor):
         return reply
 
     async def _load_or_last(self, instance: int) -> LoadReport:
-        if instance not in self.down:
-            try:
-                return await self._load(instance, timeout=self.opts.health_timeout_s)
-            except TransportError:
-                self.down.add(instance)
+        """A fresh load report; a generator marked lost that answers again is back."""
+        try:
+            report = await self._load(instance, timeout=self.opts.health_timeout_s)
+        except TransportError:
+            self.down.add(instance)
+        else:
+            if instance in self.down:
+                self.down.discard(instance)
+                self.log.warning("generator_back", instance=instance)
+            return report
         if instance not in self.last_loads:
             raise RuntimeError(f"generator {instance} is not answering")
         return self.last_loads[instance]
@@ -301,6 +312,9 @@ class SchedulerActor(Actor):
                     now = time.time() - run.book.start
                     ids = run.core.requeue_instance(i, now, mark_down=True)
                     self.log.error("generator_lost", instance=i, error=str(exc), requeued=len(ids))
+                    if len(self.down) == self.opts.num_generators:
+                        await self._abandon(run, "every generator stopped answering")
+                        break
                     await self._send_chunks()
 
 

@@ -169,3 +169,57 @@ async def test_a_generator_that_dies_mid_rollout_loses_no_sample(tmp_path: Path)
         assert [s.token_ids for s in group.samples] == [reference] * 4
     assert isinstance(stats, ActorStats) and stats.counters["generators_lost"] == 1
     assert any(c["instance"] == 1 for c in result.record["chunks"])  # it had work when killed
+
+
+async def test_generators_that_stop_answering_fail_the_rollout_then_come_back(
+    tmp_path: Path,
+) -> None:
+    """Every generator frozen (SIGSTOP) mid-rollout: the driver gets a clear RolloutError
+    instead of waiting forever; once they answer again the next rollout uses them."""
+    import os
+    import signal
+
+    import anyio
+
+    from pipeline.rollout.api import RolloutError
+
+    config = rollout_config(
+        num_generators=2,
+        policy="divided",
+        chunk_size=8,
+        generator=TINY,
+        run_dir=str(tmp_path),
+        scheduler={"health_interval_s": 0.2, "health_timeout_s": 0.5},
+    )
+    prompts = [
+        PromptSpec(prompt_id=f"q{i}", token_ids=(3 + i, 4, 5), forced_lens=(150,) * 4)
+        for i in range(4)
+    ]
+    sampling = SamplingSpec(temperature=0.0, ignore_eos=True, max_new_tokens=160)
+    async with Rollout(config, mode="local") as rollout:
+        cluster = rollout._cluster()
+        pids = [cluster.status[("generator", i)].process.pid for i in (0, 1)]  # type: ignore[union-attr]
+
+        async def freeze_once_busy() -> None:
+            while True:
+                stats = await cluster.call("generator", 0, GetStats())
+                if isinstance(stats, ActorStats) and stats.counters["chunks"] >= 2:
+                    for pid in pids:
+                        os.kill(pid, signal.SIGSTOP)
+                    return
+                await anyio.sleep(0.01)
+
+        try:
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(freeze_once_busy)
+                    with pytest.raises(RolloutError, match="every generator"):
+                        await rollout.generate(prompts, 4, sampling)
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+        groups = await rollout.generate(
+            [prompts[0].token_ids], 2, replace(sampling, max_new_tokens=20)
+        )
+    reference = _reference(prompts[0].token_ids, 20)
+    assert [s.token_ids for s in groups[0].samples] == [reference, reference]

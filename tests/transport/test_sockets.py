@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -161,3 +162,42 @@ async def test_call_fails_with_peer_gone_when_the_peer_process_dies(tmp_path: Pa
         proc.kill()
         proc.wait()
         t.close()
+
+
+async def test_calls_interleaved_with_sends_on_one_socket_never_stall(tmp_path: Path) -> None:
+    """A one-way send on the DEALER can consume the FD edge of a reply that arrived: the
+    waiting call must still see it (before the fix a few calls a second here hung until
+    their timeout, and the scheduler then declared a live generator lost)."""
+    t = ZmqTransport()
+    server = t.reply(f"ipc://{tmp_path}/s", bind=True)
+    client = t.request(f"ipc://{tmp_path}/s")
+
+    async def serve() -> None:
+        while True:
+            incoming = await server.recv()
+            if incoming.needs_reply:
+                await anyio.sleep(0.0005)
+                await server.reply(incoming, Pong(seq=incoming.msg.seq))  # type: ignore[attr-defined]
+
+    async def send_forever() -> None:
+        for i in itertools.count():
+            await client.send(Ping(seq=-1))
+            if i % 20 == 0:
+                await anyio.sleep(0)
+
+    calls = timeouts = 0
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(serve)
+            tg.start_soon(send_forever)
+            with anyio.move_on_after(4):
+                while True:
+                    try:
+                        assert await client.call(Ping(seq=calls), timeout=0.3) == Pong(seq=calls)
+                    except RequestTimeout:
+                        timeouts += 1
+                    calls += 1
+            tg.cancel_scope.cancel()
+    finally:
+        t.close()
+    assert calls > 100 and timeouts == 0, (calls, timeouts)
