@@ -131,7 +131,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             repeats=args.repeats,
         )
     elif args.name == "drafts":
-        module.run(args.json, quick=args.quick, repeats=args.repeats)
+        module.run(args.json, quick=args.quick, repeats=args.repeats, model=args.model)
     else:
         module.run(args.json, quick=args.quick)
     return 0
@@ -177,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--trace", help="rollout: replay this recorded trace's workload")
     bench.add_argument("--chunk-size", type=int, default=128, help="rollout: tokens per chunk")
     bench.add_argument("--repeats", type=int, help="rollout, drafts: runs per variant (median)")
+    bench.add_argument("--model", help="drafts: a saved model to roll out (default: warm start)")
     bench.set_defaults(fn=_cmd_bench)
     keys = sub.add_parser("keys", help="create a CURVE key pair for tcp deployments")
     keys.add_argument("directory")

@@ -1,7 +1,8 @@
 """`seer bench drafts`: grouped speculative decoding on real rollouts of the default task.
 
 All in one run, on the warm-started model of the embedded default task (countdown; the
-same cached warm start `seer run` uses), sampling at temperature 1 until each sample's own
+same cached warm start `seer run` uses; `--model` takes another, e.g. a checkpoint after
+some RL, whose siblings agree more), sampling at temperature 1 until each sample's own
 end-of-sequence:
 (c) rollout throughput of four variants side by side: no speculation, self-only suffix
     decoding (each request drafts from its own output, fixed draft length), grouped with a
@@ -158,11 +159,18 @@ async def run_variants(
     return runs, samples
 
 
-def run(json_path: str | None, quick: bool = False, repeats: int | None = None) -> dict[str, Any]:
+def run(
+    json_path: str | None,
+    quick: bool = False,
+    repeats: int | None = None,
+    model: str | None = None,
+) -> dict[str, Any]:
+    """`model`: a saved model to roll out (e.g. `runs/run-.../checkpoint/model.safetensors`,
+    a policy after some RL); default: the cached warm start of `seer run`."""
     console = Console()
     cfg = RunConfig()
     task = get_task(cfg.task)
-    model_path = warm_model(cfg, task, lambda row: console.print(f"[dim]{row}[/]"))
+    model_path = model or warm_model(cfg, task, lambda row: console.print(f"[dim]{row}[/]"))
     gen = {
         k: v
         for k, v in model_options(cfg, task, model_path).__dict__.items()
@@ -204,6 +212,7 @@ def run(json_path: str | None, quick: bool = False, repeats: int | None = None) 
     result = {
         "setup": {
             "task": cfg.task,
+            "model": model_path,
             "prompts": num_prompts,
             "group_size": cfg.group_size,
             "repeats": repeats,
