@@ -16,20 +16,12 @@ from actors.generator import ChunkRequest, EngineConfig, SamplingParams, TorchEn
 from actors.generator.actor import GeneratorOptions
 from actors.model import LlamaModel
 from pipeline.rollout.api import Rollout, rollout_config
+from tests.pipeline.tiny import TINY_GENERATOR
 from transport.messages import ActorStats, GetStats, PromptSpec, SamplingSpec
 
 pytestmark = pytest.mark.anyio
 
-TINY: dict[str, Any] = {
-    "hidden": 64,
-    "num_layers": 2,
-    "num_heads": 4,
-    "num_kv_heads": 2,
-    "intermediate": 128,
-    "max_context": 256,
-    "max_batch": 8,
-    "kv_budget_tokens": 4096,
-}
+TINY: dict[str, Any] = {**TINY_GENERATOR, "kv_budget_tokens": 4096}
 PROMPTS = [PromptSpec(prompt_id=f"q{i}", token_ids=tuple(range(3 + i, 12 + i))) for i in range(3)]
 VARIANTS = {
     "off": {"spec": {"mode": "off"}},

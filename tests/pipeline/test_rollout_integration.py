@@ -10,21 +10,14 @@ import torch
 from actors.generator import ChunkRequest, EngineConfig, SamplingParams, TorchEngine
 from actors.generator.actor import GeneratorOptions
 from actors.model import LlamaModel
+from pipeline.config import PipelineConfig
 from pipeline.rollout.api import OffPolicyError, Rollout, rollout_config
+from tests.pipeline.tiny import TINY_GENERATOR
 from transport.messages import ActorStats, GetStats, PromptSpec, SamplingSpec
 
 pytestmark = pytest.mark.anyio
 
-TINY: dict[str, Any] = {
-    "hidden": 64,
-    "num_layers": 2,
-    "num_heads": 4,
-    "num_kv_heads": 2,
-    "intermediate": 128,
-    "max_context": 256,
-    "max_batch": 8,
-    "kv_budget_tokens": 2048,
-}
+TINY: dict[str, Any] = {**TINY_GENERATOR, "kv_budget_tokens": 2048}
 
 
 def _reference(prompt: tuple[int, ...], n: int) -> tuple[int, ...]:
@@ -130,22 +123,29 @@ async def test_duplicate_and_unknown_chunk_results_lose_nothing(tmp_path: Path) 
     assert stats.counters["stale_results"] > 0 and stats.counters["unknown_results"] > 0
 
 
-async def test_a_generator_that_dies_mid_rollout_loses_no_sample(tmp_path: Path) -> None:
-    import anyio
-
+def _watched_rollout(
+    tmp_path: Path, health_timeout_s: float
+) -> tuple[PipelineConfig, list[PromptSpec], SamplingSpec]:
+    """Two generators under a fast health watch, and long greedy samples (150 tokens)."""
     config = rollout_config(
         num_generators=2,
         policy="divided",
         chunk_size=8,
         generator=TINY,
         run_dir=str(tmp_path),
-        scheduler={"health_interval_s": 0.2, "health_timeout_s": 1.0},
+        scheduler={"health_interval_s": 0.2, "health_timeout_s": health_timeout_s},
     )
     prompts = [
         PromptSpec(prompt_id=f"q{i}", token_ids=(3 + i, 4, 5), forced_lens=(150,) * 4)
         for i in range(4)
     ]
-    sampling = SamplingSpec(temperature=0.0, ignore_eos=True, max_new_tokens=160)
+    return config, prompts, SamplingSpec(temperature=0.0, ignore_eos=True, max_new_tokens=160)
+
+
+async def test_a_generator_that_dies_mid_rollout_loses_no_sample(tmp_path: Path) -> None:
+    import anyio
+
+    config, prompts, sampling = _watched_rollout(tmp_path, health_timeout_s=1.0)
     async with Rollout(config, mode="local") as rollout:
         victim = rollout._cluster().status[("generator", 1)].process
         assert victim is not None
@@ -183,19 +183,7 @@ async def test_generators_that_stop_answering_fail_the_rollout_then_come_back(
 
     from pipeline.rollout.api import RolloutError
 
-    config = rollout_config(
-        num_generators=2,
-        policy="divided",
-        chunk_size=8,
-        generator=TINY,
-        run_dir=str(tmp_path),
-        scheduler={"health_interval_s": 0.2, "health_timeout_s": 0.5},
-    )
-    prompts = [
-        PromptSpec(prompt_id=f"q{i}", token_ids=(3 + i, 4, 5), forced_lens=(150,) * 4)
-        for i in range(4)
-    ]
-    sampling = SamplingSpec(temperature=0.0, ignore_eos=True, max_new_tokens=160)
+    config, prompts, sampling = _watched_rollout(tmp_path, health_timeout_s=0.5)
     async with Rollout(config, mode="local") as rollout:
         cluster = rollout._cluster()
         pids = [cluster.status[("generator", i)].process.pid for i in (0, 1)]  # type: ignore[union-attr]
