@@ -54,6 +54,11 @@ def model_options(cfg: RunConfig, task: Task, model_path: str) -> GeneratorOptio
     )
 
 
+def generator_table(gen: GeneratorOptions) -> dict[str, Any]:
+    """Generator options as the plain table a topology carries (None = the default)."""
+    return {k: v for k, v in dataclasses.asdict(gen).items() if v is not None}
+
+
 def warm_model(cfg: RunConfig, task: Task, progress: Callable[[dict[str, Any]], None]) -> str:
     """The warm-started model's path (trained once, then cached), or "" for a random one."""
     if cfg.warm_start_s <= 0:
@@ -77,7 +82,7 @@ def rl_topology(cfg: RunConfig, model_path: str, task: Task | None = None) -> Pi
     from pipeline.tasks import get_task
 
     gen = model_options(cfg, task or get_task(cfg.task), model_path)
-    gen_table = {k: v for k, v in dataclasses.asdict(gen).items() if v is not None}
+    gen_table = generator_table(gen)
     base = rollout_config(
         num_generators=cfg.num_generators, chunk_size=cfg.chunk_size, generator=gen_table
     )

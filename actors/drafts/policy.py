@@ -14,8 +14,8 @@ acceptance estimated per draft node instead of per class:
    n = 0 (verification costs more than it returns, as at large batches on a CPU) means no
    speculation; a budget below the number of probes means none either (Seer).
 With few running requests (the tail) drafts become top-k multi-path trees.
-`AcceptanceStats` keeps the acceptance per draft position (reported; `best_draft_len` is
-Seer's class-level g*).
+`AcceptanceStats` keeps the acceptance per draft position: `can_pay` bounds a step's gain
+with it before any drafting work, and `best_draft_len` is Seer's class-level g* from it.
 `FixedPolicy` gives every request the same draft length (the ablation).
 """
 
@@ -254,7 +254,6 @@ class FixedPolicy:
 
     def __init__(self, config: SpecConfig) -> None:
         self.config = config
-        self.stats = AcceptanceStats(max(config.fixed_len, config.g_max))
 
     def paths(self, batch: int) -> int:
         return 1
@@ -266,7 +265,7 @@ class FixedPolicy:
         return {c.request_id: len(c.probs) for c in candidates if c.probs}
 
     def observe(self, draft_depth: int, accepted: int, predicted: float = 0.0) -> None:
-        self.stats.observe(draft_depth, accepted)
+        pass  # nothing adapts
 
     def can_pay(self, batch: int) -> bool:
         return True

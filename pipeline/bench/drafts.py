@@ -40,7 +40,7 @@ from rich.table import Table
 from actors.drafts.store import PROMPT_TAIL_TOKENS
 from actors.drafts.suffix_tree import HAVE_COMPILED_CORE, SuffixTree
 from pipeline.bench.drafts_core import bench_core
-from pipeline.rl_config import RunConfig, model_options, warm_model
+from pipeline.rl_config import RunConfig, generator_table, model_options, warm_model
 from pipeline.rollout.api import Rollout, rollout_config
 from pipeline.tasks import get_task
 from transport.messages import PromptSpec, SampleResult, SamplingSpec
@@ -171,11 +171,7 @@ def run(
     cfg = RunConfig()
     task = get_task(cfg.task)
     model_path = model or warm_model(cfg, task, lambda row: console.print(f"[dim]{row}[/]"))
-    gen = {
-        k: v
-        for k, v in model_options(cfg, task, model_path).__dict__.items()
-        if v is not None
-    }
+    gen = generator_table(model_options(cfg, task, model_path))
     num_prompts = 32 if quick else 128
     repeats = repeats or (1 if quick else 4)
     task_prompts = task.sample_prompts(num_prompts, np.random.default_rng(20261129))
