@@ -30,7 +30,7 @@ from transport.security import CurveKeys
 _CHECKPOINT_EVERY: Final = 64
 _ONE_WAY: Final = b""
 _MAX_FD_WAIT_S: Final = 0.05
-_MAX_REPLY_WAIT_MS: Final = 10  # a call's wait for its reply re-checks this often
+_MAX_REPLY_WAIT_S: Final = 0.01  # a call's wait for its reply re-checks this often
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,18 +79,32 @@ class _Socket:
         self.options = options
         self.address = address
         self._ops = 0
+        self._fd_edge: anyio.Event | None = None  # set when the task watching the FD wakes
 
-    async def _wait(self, event: int) -> None:
+    async def _wait(self, event: int, max_wait_s: float = _MAX_FD_WAIT_S) -> None:
         """Wait until `event` (POLLIN/POLLOUT) may be ready.
 
         The zmq FD is edge-triggered: reading ZMQ_EVENTS re-arms it, so check the events
         first and sleep on the FD only when they say nothing is ready. The sleep is bounded:
         an edge that fires between the check and the wait (seen under load for POLLOUT at
         the high-water mark) then costs a few milliseconds instead of a hang.
+
+        One FD serves every task on the socket (a sender at the high-water mark, a call
+        waiting for its reply), and the event loop lets only one task watch it: the first
+        one does, the others wait for its wakeup and then re-check their own event.
         """
-        if not int(self._sync.get(zmq.EVENTS)) & event:
-            with anyio.move_on_after(_MAX_FD_WAIT_S):
+        if int(self._sync.get(zmq.EVENTS)) & event:
+            return
+        with anyio.move_on_after(max_wait_s):
+            if self._fd_edge is not None:
+                await self._fd_edge.wait()
+                return
+            self._fd_edge = edge = anyio.Event()
+            try:
                 await anyio.wait_readable(self._sync.FD)
+            finally:
+                self._fd_edge = None
+                edge.set()
 
     async def _send_frames(self, frames: list[Any]) -> None:
         while True:
@@ -212,9 +226,6 @@ class RequestSocket(_Socket):
             ).underlying
         )
         self.state = "connecting"
-        self._poller = zmq.asyncio.Poller()
-        self._poller.register(sock, zmq.POLLIN)
-        self._poller.register(self._monitor, zmq.POLLIN)
 
     async def send(self, msg: Message) -> None:
         """One-way: the peer handles `msg` and sends nothing back."""
@@ -249,11 +260,12 @@ class RequestSocket(_Socket):
         return reply
 
     async def _read_one(self) -> None:
-        # Bounded like `_wait`: a reply whose FD edge was consumed by a send on this same
-        # socket (the scheduler sends chunks and calls for loads on one DEALER) would
-        # otherwise leave the poll asleep until the call timed out: a live peer declared lost.
+        # Bounded tighter than a send's wait: a reply whose FD edge was consumed by a send on
+        # this same socket (the scheduler sends chunks and calls for loads on one DEALER)
+        # must not leave the call asleep until it times out (a live peer declared lost), and
+        # the monitor's disconnect events are read on each re-check.
         if not self._try_read():
-            await self._poller.poll(timeout=_MAX_REPLY_WAIT_MS)
+            await self._wait(zmq.POLLIN, _MAX_REPLY_WAIT_S)
             self._try_read()
 
     def _try_read(self) -> bool:

@@ -201,3 +201,43 @@ async def test_calls_interleaved_with_sends_on_one_socket_never_stall(tmp_path: 
     finally:
         t.close()
     assert calls > 100 and timeouts == 0, (calls, timeouts)
+
+
+async def test_many_tasks_blocked_on_one_socket_share_its_wakeups(tmp_path: Path) -> None:
+    """Senders held at the high-water mark and a call waiting for its reply all wait on the
+    socket's one FD; the event loop lets one task watch an FD, so before the fix the second
+    waiter failed with anyio's BusyResourceError (seen in CI)."""
+    t = ZmqTransport(SocketOptions(hwm=4))
+    server = t.reply(f"ipc://{tmp_path}/s", bind=True)
+    client = t.request(f"ipc://{tmp_path}/s")
+    per_sender, senders = 200, 4
+    seen: list[int] = []
+
+    async def serve_slowly() -> None:
+        while True:
+            incoming = await server.recv()
+            await anyio.sleep(0.0002)  # slower than the senders: they sit at the mark
+            if incoming.needs_reply:
+                await server.reply(incoming, Pong(seq=incoming.msg.seq))  # type: ignore[attr-defined]
+            else:
+                seen.append(incoming.msg.seq)  # type: ignore[attr-defined]
+
+    async def sender(k: int) -> None:
+        for i in range(per_sender):
+            await client.send(Ping(seq=k * per_sender + i))
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(serve_slowly)
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as senders_tg:
+                    for k in range(senders):
+                        senders_tg.start_soon(sender, k)
+                    for n in range(20):
+                        assert await client.call(Ping(seq=-n), timeout=10) == Pong(seq=-n)
+                while len(seen) < per_sender * senders:
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+    finally:
+        t.close()
+    assert sorted(seen) == list(range(per_sender * senders))
