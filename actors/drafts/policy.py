@@ -3,19 +3,26 @@
 `MarginalBenefitPolicy` is Seer's Algorithm 1 (MBA) on measured numbers, with the
 acceptance estimated per draft node instead of per class:
 1. Each running request's suffix tree proposes up to g_max nodes with their path
-   probabilities p (the chance the node is accepted); a measured calibration factor c
-   (tokens accepted over tokens predicted, decayed) corrects the trees' optimism.
+   probabilities p; a `Calibration` learnt online from every verified node turns p into
+   the chance a(p) that the node is really accepted.
 2. Nodes are ranked: every probe's first node first (Seer: probes get one token before
-   anyone), then by marginal gain, p times lambda for probes (their early finish steers
-   scheduling), at most g_max per request.
+   anyone), then by marginal gain, a(p) times lambda for probes (their early finish
+   steers scheduling), at most g_max per request.
 3. The budget is the number n of ranked nodes that maximises expected tokens per second,
-   (B + c * sum p) / T(B, n / B), with T the engine's profiled verify-step time. When every
+   (B + sum a(p)) / T(B, n / B), with T the engine's profiled verify-step time. When every
    node has the same acceptance this is Seer's g* = argmin_g T(B, g) / E(g), budget g* * B.
    n = 0 (verification costs more than it returns, as at large batches on a CPU) means no
    speculation; a budget below the number of probes means none either (Seer).
 With few running requests (the tail) drafts become top-k multi-path trees.
-`AcceptanceStats` keeps the acceptance per draft position: `can_pay` bounds a step's gain
-with it before any drafting work, and `best_draft_len` is Seer's class-level g* from it.
+4. Exploration: after `explore_every` steps without a draft, the best `batch / 8` nodes
+   (at least one) are drafted anyway. The estimates above only move when drafts are
+   verified: without this, a few early misses (the first tiny rollout, a cold tree) could
+   pin the calibration low and switch speculation off for good (measured on a policy after
+   RL: one of two generators stayed at acceptance length 1.0). It costs a few nodes every
+   16 steps.
+`can_pay` bounds a step's gain with the best calibrated bin before any drafting work.
+`AcceptanceStats` keeps the acceptance per draft position; `best_draft_len` is Seer's
+class-level g* from it.
 `FixedPolicy` gives every request the same draft length (the ablation).
 """
 
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -41,6 +49,7 @@ class SpecConfig:
     fixed_len: int = 4
     g_max: int = 8
     probe_weight: float = 2.0
+    explore_every: int = 16
     paths: int = 4
     multipath_max_batch: int = 4
     min_prob: float = 0.1
@@ -54,7 +63,7 @@ class SpecConfig:
             raise ValueError(f"speculation mode must be off, self or group, got {self.mode!r}")
         if self.budget not in ("adaptive", "fixed"):
             raise ValueError(f"speculation budget must be adaptive or fixed, got {self.budget!r}")
-        for name in ("fixed_len", "g_max", "paths", "max_match", "tree_depth"):
+        for name in ("fixed_len", "g_max", "explore_every", "paths", "max_match", "tree_depth"):
             if getattr(self, name) < 1:
                 raise ValueError(f"speculation {name} must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.min_prob <= 1:
@@ -105,21 +114,64 @@ class Candidate:
 
 
 class Calibration:
-    """Accepted draft tokens over what the trees predicted (sum of the drafted nodes' path
-    probabilities), decayed so it follows the policy as it trains."""
+    """How often a draft node the tree gave path probability p is really accepted, learnt
+    online per probability bin from every verified node's outcome.
 
-    def __init__(self, decay: float = 0.995, prior: float = 2.0) -> None:
+    The trees' probabilities are counts among the siblings so far, and how well they
+    predict depends on the policy: on a policy after 80 RL iterations nodes at p = 0.2 and
+    at p = 0.8 were both accepted about 64% of the time (measured), while a cold policy's
+    siblings disagree and its trees are optimistic. So a bin's estimate shrinks toward the
+    acceptance of all verified nodes (a bin nobody drafted yet borrows it, is drafted, and
+    learns its own), and that pooled rate starts pessimistic (`prior_rate` over
+    `prior_weight` nodes): drafts that do not pay slow every running request, so a fresh
+    generator speculates only as verified drafts (exploration included) show the trees can
+    be trusted. Everything decays so it follows the policy as it trains."""
+
+    def __init__(
+        self,
+        bins: int = 10,
+        decay: float = 0.9995,
+        prior_weight: float = 8.0,
+        prior_rate: float = 0.1,
+    ) -> None:
+        self.bins = bins
         self.decay = decay
-        self.accepted = prior
-        self.predicted = prior
+        self.prior_weight = prior_weight
+        self.prior_rate = prior_rate
+        self.nodes = [0.0] * bins
+        self.accepted = [0.0] * bins
 
-    def observe(self, predicted: float, accepted: int) -> None:
-        self.accepted = self.accepted * self.decay + accepted
-        self.predicted = self.predicted * self.decay + predicted
+    def _bin(self, p: float) -> int:
+        return min(max(int(p * self.bins), 0), self.bins - 1)
 
     @property
-    def factor(self) -> float:
-        return self.accepted / self.predicted if self.predicted > 0 else 1.0
+    def pooled(self) -> float:
+        """The acceptance of all verified nodes, with the prior."""
+        w = self.prior_weight
+        return (sum(self.accepted) + w * self.prior_rate) / (sum(self.nodes) + w)
+
+    def estimate(self, p: float) -> float:
+        """The chance a node of path probability `p` is accepted: a lower confidence bound
+        (one standard error below the mean), so a bin drafts on evidence, not on the luck
+        of its first few nodes (exploration supplies the evidence)."""
+        b, w = self._bin(p), self.prior_weight
+        n = self.nodes[b] + w
+        mean = (self.accepted[b] + w * self.pooled) / n
+        return max(0.0, mean - math.sqrt(mean * (1.0 - mean) / n))
+
+    def best(self) -> float:
+        """The estimate of the most often accepted bin."""
+        return max(self.estimate((b + 0.5) / self.bins) for b in range(self.bins))
+
+    def observe(self, probs: Sequence[float], accepted: Sequence[bool]) -> None:
+        """One verified draft: each node's path probability and whether it was accepted."""
+        d = self.decay
+        self.nodes = [n * d for n in self.nodes]
+        self.accepted = [a * d for a in self.accepted]
+        for p, ok in zip(probs, accepted, strict=True):
+            b = self._bin(p)
+            self.nodes[b] += 1.0
+            self.accepted[b] += ok
 
 
 class MarginalBenefitPolicy:
@@ -131,6 +183,8 @@ class MarginalBenefitPolicy:
         self._times: dict[int, list[float]] = {}
         self._pays: dict[int, tuple[bool, int]] = {}  # batch -> (can pay, when decided)
         self._num_observed = 0
+        self._steps = 0  # can_pay calls: one per engine step
+        self._last_grant = 0  # the step of the last draft granted
 
     def step_times(self, batch: int) -> list[float]:
         """T(batch, g) for g = 0..g_max, made non-decreasing in g (a longer draft never
@@ -146,21 +200,24 @@ class MarginalBenefitPolicy:
         return times
 
     def can_pay(self, batch: int) -> bool:
-        """Whether drafts could pay at all this step, before any drafting work: with every
-        node accepted at twice the measured first-position rate (the nodes the policy picks
-        beat the average), some budget must beat T(B, 0). False at large batches on a CPU,
-        where a verify step costs about what its extra tokens do. Re-decided after every
-        64 observed drafts (the acceptance moves slowly)."""
+        """Whether drafts could pay at all this step, before any drafting work (the
+        speculator asks once per engine step): with every node accepted as often as the
+        best probability bin's nodes are, some budget must beat T(B, 0). False at large
+        batches on a CPU while the trees are unreliable (a cold policy), where a verify step
+        costs about what its extra tokens return. Re-decided after every 64 observed
+        drafts; True anyway when an exploration is due."""
+        self._steps += 1
         cached = self._pays.get(batch)
-        if cached is not None and self._num_observed - cached[1] < 64:
-            return cached[0]
-        pays = self._can_pay(batch)
-        self._pays[batch] = (pays, self._num_observed)
-        return pays
+        if cached is None or self._num_observed - cached[1] >= 64:
+            cached = self._pays[batch] = (self._can_pay(batch), self._num_observed)
+        return cached[0] or self._explore_due()
+
+    def _explore_due(self) -> bool:
+        return self._steps - self._last_grant >= self.config.explore_every
 
     def _can_pay(self, batch: int) -> bool:
         times = self.step_times(batch)
-        q = min(1.0, 2.0 * self.stats.alpha(1))
+        q = min(1.0, self.calibration.best())
         base = batch / times[0]
         return any(
             (batch + q * n) / _interp(times, n / batch) > base
@@ -186,29 +243,34 @@ class MarginalBenefitPolicy:
 
         Nodes are taken in order of weighted gain (probes' first nodes before all, then
         the best remaining node of any request); the step's budget is the number n of them
-        that maximises expected tokens per second, (B + c * sum of their probabilities) /
-        T(B, n / B), with c the measured calibration of the trees' probabilities. With one
-        acceptance rate for every node this is Seer's g* * B."""
+        that maximises expected tokens per second, (B + sum of their calibrated acceptance)
+        / T(B, n / B). With one acceptance rate for every node this is Seer's g* * B."""
         order = self._order(candidates)
         times = self.step_times(batch)
-        c = self.calibration.factor
         best_n, best_rate, gained = 0, batch / times[0], 0.0
         for n, (_, p) in enumerate(order, start=1):
-            gained += c * p
+            gained += self.calibration.estimate(p)
             rate = (batch + gained) / _interp(times, n / batch)
             if rate > best_rate:
                 best_n, best_rate = n, rate
         probes = sum(1 for cand in candidates if cand.is_probe and cand.probs)
         if best_n == 0 or best_n < probes:  # Seer: no speculation below the probes' need
-            return {}
+            if not order or not self._explore_due():
+                return {}
+            best_n = max(1, batch // 8)  # explore: keep the estimates measured
+        self._last_grant = self._steps
         grant: dict[str, int] = {}
         for rid, _ in order[:best_n]:
             grant[rid] = grant.get(rid, 0) + 1
         return grant
 
-    def observe(self, draft_depth: int, accepted: int, predicted: float = 0.0) -> None:
+    def observe(
+        self, draft_depth: int, accepted: int, probs: Sequence[float], node_ok: Sequence[bool]
+    ) -> None:
+        """One verified draft: its depth, the tokens accepted, and per node its path
+        probability and whether it was accepted."""
         self.stats.observe(draft_depth, accepted)
-        self.calibration.observe(predicted, accepted)
+        self.calibration.observe(probs, node_ok)
         self._num_observed += 1
 
     def _order(self, candidates: Sequence[Candidate]) -> list[tuple[str, float]]:
@@ -216,7 +278,7 @@ class MarginalBenefitPolicy:
         cap = self.config.g_max
         order: list[tuple[str, float]] = []
         taken = dict.fromkeys((cand.request_id for cand in candidates), 0)
-        heap: list[tuple[float, int, str]] = []
+        heap: list[tuple[float, float, int, str]] = []  # ties go to the tree's likelier node
         for cand in candidates:
             if cand.is_probe and cand.probs:
                 order.append((cand.request_id, float(cand.probs[0])))
@@ -225,19 +287,19 @@ class MarginalBenefitPolicy:
         for i, cand in enumerate(candidates):
             n = taken[cand.request_id]
             if n < min(len(cand.probs), cap):
-                heapq.heappush(heap, (-self._gain(cand, n), i, cand.request_id))
+                heapq.heappush(heap, (-self._gain(cand, n), -cand.probs[n], i, cand.request_id))
         while heap:
-            _, i, rid = heapq.heappop(heap)
+            _, _, i, rid = heapq.heappop(heap)
             cand, n = by_id[rid], taken[rid]
             order.append((rid, float(cand.probs[n])))
             taken[rid] = n = n + 1
             if n < min(len(cand.probs), cap):
-                heapq.heappush(heap, (-self._gain(cand, n), i, rid))
+                heapq.heappush(heap, (-self._gain(cand, n), -cand.probs[n], i, rid))
         return order
 
     def _gain(self, c: Candidate, node: int) -> float:
         weight = self.config.probe_weight if c.is_probe else 1.0
-        return weight * float(c.probs[node])
+        return weight * self.calibration.estimate(float(c.probs[node]))
 
 
 def _interp(values: Sequence[float], x: float) -> float:
@@ -264,7 +326,9 @@ class FixedPolicy:
     def allocate(self, batch: int, candidates: Sequence[Candidate]) -> dict[str, int]:
         return {c.request_id: len(c.probs) for c in candidates if c.probs}
 
-    def observe(self, draft_depth: int, accepted: int, predicted: float = 0.0) -> None:
+    def observe(
+        self, draft_depth: int, accepted: int, probs: Sequence[float], node_ok: Sequence[bool]
+    ) -> None:
         pass  # nothing adapts
 
     def can_pay(self, batch: int) -> bool:

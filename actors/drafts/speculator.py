@@ -44,8 +44,7 @@ class Speculator:
         )
         self.policy: SpecPolicy = make_policy(config, step_time)
         self.chunks: dict[str, _ChunkStats] = {}
-        # rid -> (nodes, depth, predicted accepted tokens) drafted this step
-        self._depths: dict[str, tuple[int, int, float]] = {}
+        self._drafted: dict[str, tuple[Draft, list[float]]] = {}  # this step's, with probs
         self.totals = {"steps": 0, "tokens": 0, "drafted": 0, "accepted": 0}
         self._skip: dict[int, int] = {}  # batch size -> steps to skip drafting
         self.is_drafting = False  # whether the last step's batch size was worth drafting for
@@ -76,19 +75,20 @@ class Speculator:
             self.client.forget(request_ids)
 
     def drafts(self, decoding_ids: Sequence[str]) -> dict[str, Draft]:
-        self._depths = {}
+        self._drafted = {}
         client = self.client
         if client is None or not decoding_ids:
             return {}
         batch = len(decoding_ids)
+        # whether drafts could pay at this batch size (then the store sync runs at full
+        # rate, also while drafting backs off: the replicas must be fresh when it resumes)
+        self.is_drafting = self.policy.can_pay(batch)
+        if not self.is_drafting:
+            return {}
         skip = self._skip.get(batch, 0)
-        self.is_drafting = False
         if skip > 0:  # drafts did not pay at this batch size lately: no drafting work
             self._skip[batch] = skip - 1
             return {}
-        if not self.policy.can_pay(batch):
-            return {}
-        self.is_drafting = True
         paths, max_nodes = self.policy.paths(batch), self.policy.max_nodes(batch)
         specs = {}
         candidates = []
@@ -102,20 +102,20 @@ class Speculator:
             stats = self.chunks.get(rid)
             candidates.append(Candidate(rid, stats is not None and stats.is_probe, res.probs))
         grant = self.policy.allocate(batch, candidates)
-        # back off exponentially (up to 64 steps) while the policy keeps granting nothing
-        self._backoff[batch] = min(2 * self._backoff.get(batch, 1), 64) if not grant else 1
+        # back off exponentially (up to 16 steps, the policy's exploration interval) while
+        # the policy keeps granting nothing
+        self._backoff[batch] = min(2 * self._backoff.get(batch, 1), 16) if not grant else 1
         self._skip[batch] = 0 if grant else self._backoff[batch]
         out = {}
         for rid, n in grant.items():
             res = specs[rid]
-            parents = res.parents[:n]
-            out[rid] = Draft(tuple(res.token_ids[:n]), tuple(parents))
-            self._depths[rid] = (n, _depth(parents), float(sum(res.probs[:n])))
+            out[rid] = draft = Draft(tuple(res.token_ids[:n]), tuple(res.parents[:n]))
+            self._drafted[rid] = (draft, [float(p) for p in res.probs[:n]])
         return out
 
     def observe(self, result: StepResult, decoding_ids: Sequence[str]) -> None:
         decoding = set(decoding_ids)
-        client, drafted = self.client, self._depths
+        client, drafted = self.client, self._drafted
         steps = tokens = 0
         for delta in result.deltas:
             rid = delta.request_id
@@ -130,13 +130,14 @@ class Speculator:
             steps += 1
             tokens += n
             if rid in drafted:
-                nodes, depth, predicted = drafted[rid]
+                draft, probs = drafted[rid]
                 accepted = delta.num_accepted_tokens
-                stats.drafted += nodes
+                stats.drafted += len(draft)
                 stats.accepted += accepted
-                self.totals["drafted"] += nodes
+                self.totals["drafted"] += len(draft)
                 self.totals["accepted"] += accepted
-                self.policy.observe(depth, accepted, predicted)
+                depths, node_ok = node_outcomes(draft, delta.token_ids[:accepted])
+                self.policy.observe(max(depths, default=0), accepted, probs, node_ok)
         self.totals["steps"] += steps
         self.totals["tokens"] += tokens
 
@@ -146,8 +147,13 @@ class Speculator:
         return t["tokens"] / t["steps"] if t["steps"] else 0.0
 
 
-def _depth(parents: Sequence[int]) -> int:
+def node_outcomes(draft: Draft, accepted_ids: Sequence[int]) -> tuple[list[int], list[bool]]:
+    """Each draft node's depth and whether it lies on the accepted path (the accepted
+    tokens, bonus token excluded)."""
     depths: list[int] = []
-    for p in parents:
-        depths.append(1 if p < 0 else depths[p] + 1)
-    return max(depths, default=0)
+    ok: list[bool] = []
+    for tok, par in zip(draft.token_ids, draft.parents, strict=True):
+        d = 1 if par < 0 else depths[par] + 1
+        depths.append(d)
+        ok.append((par < 0 or ok[par]) and d <= len(accepted_ids) and accepted_ids[d - 1] == tok)
+    return depths, ok

@@ -10,9 +10,10 @@ Speculation (option `spec`, an `actors.drafts.policy.SpecConfig`): before each s
 `Speculator` drafts for the decoding requests from local suffix-tree replicas; with mode
 "group" a background task pushes this generator's new tokens to the draft store
 (`TokensAppended`) and pulls what its replicas lack (`SyncDrafts`) every
-`spec.sync_interval_s` (10x less often while the batch is too large for drafts to pay). A
-store that does not answer costs drafts, never progress: decoding goes on with what the
-replicas hold (this generator's own requests) and the sync retries.
+`spec.sync_interval_s`; while the batch is too large for drafts to pay it pushes 10x less
+often and pulls 40x less often (the first pull after catches up). A store that does not
+answer costs drafts, never progress: decoding goes on with what the replicas hold (this
+generator's own requests) and the sync retries.
 
 All engine calls happen in one task, the step loop: handlers only queue work, so an engine
 step (run in a worker thread, torch releases the GIL) never races with `add`. A chunk the
@@ -23,6 +24,7 @@ serving.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -299,13 +301,17 @@ class GeneratorActor(Actor):
         spec, cfg = self._spec(), self.spec_config
         client = spec.client
         assert client is not None
-        while True:
-            # while the batch is too large for drafts to pay, sync 10x less often (the
-            # store still hears every chunk's tokens), sparing the CPU that decodes
-            idle = not spec.is_drafting or not self.store_ok
-            await anyio.sleep(cfg.sync_interval_s * (10 if idle else 1))
+        for cycle in itertools.count():
+            # while drafts cannot pay at the running batch size, push this generator's
+            # tokens 10x less often (other generators may be drafting from them) and pull
+            # only every 4th time (decoding siblings' tokens nobody drafts from takes CPU
+            # from the engine; the pull still checks the store is alive, and the first
+            # pull once drafting resumes catches up)
+            active = spec.is_drafting and self.store_ok
+            await anyio.sleep(cfg.sync_interval_s * (1 if active else 10))
             appends = client.take_appends()
-            request = client.sync_message()
+            pull = spec.is_drafting or not self.store_ok or cycle % 4 == 0
+            request = client.sync_message() if pull else None
             try:
                 with anyio.fail_after(cfg.store_timeout_s):
                     if appends:

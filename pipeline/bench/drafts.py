@@ -7,12 +7,14 @@ end-of-sequence:
 (c) rollout throughput of four variants side by side: no speculation, self-only suffix
     decoding (each request drafts from its own output, fixed draft length), grouped with a
     fixed draft length, and grouped adaptive (Seer: siblings' tokens via the draft store,
-    marginal-benefit budget). Each variant is its own topology (2 generator processes);
-    repeats are interleaved, forward then backward (the variant that runs just after a
-    heavy one pays for its lingering work), with a pause between runs, and the table
-    reports medians. With the same seeds every
-    variant must produce the same samples (verification is lossless and coupled); the bench
-    checks it.
+    marginal-benefit budget), plus "none_again", no speculation once more on a topology of
+    its own: its ratio to "none" is the run's noise floor. Each variant is its own topology
+    (2 generator processes) and first runs one untimed rollout (the adaptive policy learns
+    its estimates online, as in RL where generators live across iterations); repeats are
+    interleaved, forward then backward (the variant that runs just after a heavy one pays
+    for its lingering work), with a pause between runs, and the table reports medians.
+    With the same seeds every variant must produce the same samples (verification is
+    lossless and coupled); the bench checks it.
 (a) core speed of the suffix tree on the token streams of those rollouts: append tokens/s
     and speculate microseconds.
 (b) mean acceptance length (bonus token included) replayed on those rollouts with 0 (self
@@ -24,6 +26,7 @@ end-of-sequence:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import tempfile
@@ -50,6 +53,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "self": {"spec": {"mode": "self", "budget": "fixed"}},
     "group_fixed": {"spec": {"mode": "group", "budget": "fixed"}},
     "group_adaptive": {"spec": {"mode": "group", "budget": "adaptive"}},
+    # the same as "none", run as its own topology: how far apart two identical variants
+    # land in this run (the noise floor the other ratios must be read against)
+    "none_again": {"spec": {"mode": "off"}},
 }
 REFS: tuple[int | None, ...] = (0, 1, 5, None)  # None = every sibling
 PATHS = (1, 4)
@@ -139,8 +145,11 @@ async def run_variants(
                         num_generators=2, generator={**gen, **variant}, run_dir=tmp
                     )
                     rollouts[name] = await stack.enter_async_context(Rollout(config))
-                    warm = SamplingSpec(max_new_tokens=8, seed=1)
-                    await rollouts[name].generate([p.token_ids for p in prompts[:2]], 2, warm)
+                with console.status(f"warming the {name} topology: one untimed rollout"):
+                    # what an RL iteration meets: generators that have run before (the
+                    # speculation policy's estimates are learnt online, per generator)
+                    warm = dataclasses.replace(sampling, seed=(sampling.seed or 0) + 1000)
+                    await rollouts[name].generate([p.token_ids for p in prompts], group_size, warm)
             names = list(rollouts)
             for r in range(repeats):  # forward, then backward: no variant always follows
                 for name in names if r % 2 == 0 else names[::-1]:  # the same one
@@ -241,8 +250,7 @@ def _rollout_summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[st
             "tail_s": statistics.median(m["tail_s"] for m in ms),
             "spec_accept_rate": statistics.median(m["spec_accept_rate"] for m in ms),
             "runs": [
-                {k: m[k] for k in ("makespan_s", "throughput_tok_s", "mean_accept_len")}
-                for m in ms
+                {k: m[k] for k in ("makespan_s", "throughput_tok_s", "mean_accept_len")} for m in ms
             ],
         }
     return out
@@ -277,5 +285,3 @@ def _print(console: Console, result: dict[str, Any]) -> None:
     console.print(tab)
     same = "yes" if result["identical_samples"] else "NO"
     console.print(f"samples identical across variants (lossless, coupled sampling): {same}")
-
-

@@ -6,11 +6,14 @@ import pytest
 
 from actors.drafts.policy import (
     AcceptanceStats,
+    Calibration,
     Candidate,
     FixedPolicy,
     MarginalBenefitPolicy,
     SpecConfig,
 )
+from actors.drafts.speculator import node_outcomes
+from actors.generator.drafts import Draft
 
 
 def flat(batch: int, g: int) -> float:
@@ -56,38 +59,68 @@ def test_no_speculation_when_it_does_not_pay() -> None:
     assert policy.allocate(2, cands) == {}
 
 
+def trusted(policy: MarginalBenefitPolicy, rate: float, nodes: int = 4000) -> None:
+    """Verified drafts whose nodes were accepted at `rate` whatever their probability."""
+    probs = [(i % 10 + 0.5) / 10 for i in range(10)]
+    for i in range(nodes // 10):
+        policy.observe(1, 0, probs, [(i * 10 + j) * rate % 1 < rate for j in range(10)])
+
+
 def test_probes_first_then_the_largest_weighted_gain() -> None:
     # each draft token per row costs 30% of a step; B = 3
     policy = MarginalBenefitPolicy(SpecConfig(probe_weight=2.0), lambda b, g: 1.0 + 0.3 * g)
+    curve = ((0.95, 0.9), (0.85, 0.85), (0.25, 0.3), (0.15, 0.1))  # acceptance grows with p
+    for i in range(2000):
+        policy.calibration.observe([p for p, _ in curve], [i * r % 1 < r for _, r in curve])
     cands = [
-        Candidate("a", False, [0.9, 0.85, 0.8]),
-        Candidate("b", False, [0.3]),
-        Candidate("p", True, [0.2, 0.1]),
+        Candidate("a", False, [0.95, 0.85, 0.85]),
+        Candidate("b", False, [0.25]),
+        Candidate("p", True, [0.15, 0.15]),
     ]
     grant = policy.allocate(3, cands)
-    # order: p's probe token, a 0.9, 0.85, 0.8, b 0.3, p 2 x 0.1; tokens per second
-    # (3 + sum p) / (1 + 0.3 n / 3) peaks at n = 4: 5.75 / 1.4
+    # order: p's probe token first (0.1), then a's nodes (~0.9, ~0.85, ~0.85), b (~0.3),
+    # p's second (0.1 x 2 = 0.2 weighted); tokens per second (3 + sum a) / (1 + 0.3 n / 3)
+    # peaks at n = 4, the probe's node and a's three
     assert grant == {"p": 1, "a": 3}
 
 
 def test_budget_below_the_probes_means_no_drafts() -> None:
     policy = MarginalBenefitPolicy(SpecConfig(), lambda b, g: 1.0 + 0.3 * g)
+    for i in range(2000):
+        policy.calibration.observe([0.95, 0.15], [True, i % 10 == 0])
     # one probe token pays (2.9 / 1.15 > 2), two do not (3.0 / 1.3 < 2.52): budget 1 < 2
-    assert policy.allocate(2, [Candidate("p0", True, [0.9]), Candidate("p1", True, [0.1])]) == {}
+    assert policy.allocate(2, [Candidate("p0", True, [0.95]), Candidate("p1", True, [0.15])]) == {}
+
+
+def test_calibration_learns_acceptance_per_probability_and_starts_pessimistic() -> None:
+    cal = Calibration()
+    assert cal.estimate(0.9) < 0.1  # nothing verified yet: trust the trees little
+    for i in range(3000):
+        cal.observe([0.15, 0.85], [i % 5 < 3, i % 5 < 2])  # 60% and 40% accepted
+    assert cal.estimate(0.15) == pytest.approx(0.6, abs=0.03)
+    assert cal.estimate(0.85) == pytest.approx(0.4, abs=0.03)
+    # a bin nobody drafted borrows the pooled rate, less its uncertainty (then learns its own)
+    assert 0.25 < cal.estimate(0.45) < cal.pooled
+    # the estimate is a lower bound: a bin with a few lucky nodes is not trusted yet
+    lucky = Calibration()
+    lucky.observe([0.5, 0.5, 0.5], [True, True, True])
+    assert lucky.estimate(0.5) < 0.5
 
 
 def test_measured_calibration_turns_optimistic_trees_off() -> None:
     policy = MarginalBenefitPolicy(SpecConfig(), lambda b, g: 1.0 + 0.3 * g)
     cands = [Candidate("a", False, [0.9, 0.8])]
+    trusted(policy, 0.9)
     assert policy.allocate(1, cands) == {"a": 2}
-    for _ in range(200):  # the trees promised 1.7 tokens a step; none was accepted
-        policy.observe(2, 0, predicted=1.7)
-    assert policy.calibration.factor < 0.05
+    for _ in range(3000):  # the trees promise 0.9 and 0.8; nothing is accepted any more
+        policy.observe(2, 0, [0.9, 0.8], [False, False])
+    assert policy.calibration.estimate(0.9) < 0.05
     assert policy.allocate(1, cands) == {}
 
 
 def test_grants_never_exceed_g_max_or_the_draft() -> None:
     policy = MarginalBenefitPolicy(SpecConfig(g_max=3), flat)
+    trusted(policy, 0.9)
     grant = policy.allocate(2, [Candidate("a", False, [0.9] * 10), Candidate("b", False, [0.5])])
     assert grant == {"a": 3, "b": 1}
 
@@ -118,3 +151,37 @@ def test_fixed_policy_gives_every_draft_its_length() -> None:
 def test_bad_settings_are_refused(kwargs: dict[str, object], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         SpecConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_exploration_keeps_a_switched_off_policy_measuring() -> None:
+    """Early misses pin the calibration low; without exploration nothing is ever drafted
+    again, so nothing is measured again and speculation stays off for good."""
+    policy = MarginalBenefitPolicy(SpecConfig(explore_every=4), lambda b, g: 1.0 + 0.3 * g)
+    cands = [Candidate("a", False, [0.9, 0.8])]
+    for _ in range(200):
+        policy.observe(2, 0, [0.9, 0.8], [False, False])
+    grants = []
+    for _ in range(8):  # the speculator asks can_pay once per engine step
+        grants.append(policy.allocate(1, cands) if policy.can_pay(1) else {})
+    assert grants == [{}, {}, {}, {"a": 1}] * 2  # every 4th step drafts the best node
+    for _ in range(3000):  # the explored drafts now hold: the calibration recovers
+        policy.observe(1, 1, [0.9], [True])
+        policy.observe(1, 1, [0.8], [True])
+    assert policy.can_pay(1) and policy.allocate(1, cands) == {"a": 2}
+
+
+def test_exploration_drafts_an_eighth_of_the_batch() -> None:
+    policy = MarginalBenefitPolicy(SpecConfig(explore_every=1), steep)
+    assert policy.can_pay(32)  # drafts never pay at this cost, but an exploration is due
+    cands = [Candidate(f"r{i}", False, [0.5 - 0.01 * i, 0.1]) for i in range(32)]
+    assert policy.allocate(32, cands) == {f"r{i}": 1 for i in range(4)}
+
+
+def test_node_outcomes_follow_the_accepted_path_through_a_tree() -> None:
+    # 5 -> 6 -> 8 and a sibling 7 of 5; the engine accepted 5, 6 (then a bonus token)
+    draft = Draft((5, 7, 6, 8), (-1, -1, 0, 2))
+    assert node_outcomes(draft, [5, 6]) == ([1, 1, 2, 3], [True, False, True, False])
+    assert node_outcomes(draft, [7]) == ([1, 1, 2, 3], [False, True, False, False])
+    assert node_outcomes(draft, []) == ([1, 1, 2, 3], [False] * 4)
+    # a node's token matching at its depth is not enough: its parent must hold too
+    assert node_outcomes(Draft((4, 6), (-1, 0)), [5, 6])[1] == [False, False]
