@@ -119,7 +119,7 @@ class Calibration:
 
     The trees' probabilities are counts among the siblings so far, and how well they
     predict depends on the policy: on a policy after 80 RL iterations nodes at p = 0.2 and
-    at p = 0.8 were both accepted about 64% of the time (measured), while a cold policy's
+    at p = 0.8 were both accepted about 60% of the time (measured), while a cold policy's
     siblings disagree and its trees are optimistic. So a bin's estimate shrinks toward the
     acceptance of all verified nodes (a bin nobody drafted yet borrows it, is drafted, and
     learns its own), and that pooled rate starts pessimistic (`prior_rate` over
@@ -140,6 +140,7 @@ class Calibration:
         self.prior_rate = prior_rate
         self.nodes = [0.0] * bins
         self.accepted = [0.0] * bins
+        self._estimates: list[float] | None = None  # per bin, until the next observation
 
     def _bin(self, p: float) -> int:
         return min(max(int(p * self.bins), 0), self.bins - 1)
@@ -154,14 +155,23 @@ class Calibration:
         """The chance a node of path probability `p` is accepted: a lower confidence bound
         (one standard error below the mean), so a bin drafts on evidence, not on the luck
         of its first few nodes (exploration supplies the evidence)."""
-        b, w = self._bin(p), self.prior_weight
-        n = self.nodes[b] + w
-        mean = (self.accepted[b] + w * self.pooled) / n
-        return max(0.0, mean - math.sqrt(mean * (1.0 - mean) / n))
+        return self._table()[self._bin(p)]
 
     def best(self) -> float:
         """The estimate of the most often accepted bin."""
-        return max(self.estimate((b + 0.5) / self.bins) for b in range(self.bins))
+        return max(self._table())
+
+    def _table(self) -> list[float]:
+        """Every bin's estimate, computed once per observed draft (a decision reads it for
+        up to g_max nodes of every running request)."""
+        if self._estimates is None:
+            w, pooled = self.prior_weight, self.pooled
+            self._estimates = []
+            for nodes, accepted in zip(self.nodes, self.accepted, strict=True):
+                n = nodes + w
+                mean = (accepted + w * pooled) / n
+                self._estimates.append(max(0.0, mean - math.sqrt(mean * (1.0 - mean) / n)))
+        return self._estimates
 
     def observe(self, probs: Sequence[float], accepted: Sequence[bool]) -> None:
         """One verified draft: each node's path probability and whether it was accepted."""
@@ -172,6 +182,7 @@ class Calibration:
             b = self._bin(p)
             self.nodes[b] += 1.0
             self.accepted[b] += ok
+        self._estimates = None
 
 
 class MarginalBenefitPolicy:
