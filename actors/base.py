@@ -64,7 +64,7 @@ class ActorContext:
     handle_signals: bool = False
     parent_pid: int | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
-    peers: tuple[str, ...] = ()  # the roles of the topology (optional actors are looked up)
+    peers: Mapping[str, int] = field(default_factory=dict)  # role -> count in the topology
 
     @property
     def name(self) -> str:
@@ -147,6 +147,10 @@ class Actor:
     def has_peer(self, role: str) -> bool:
         """Whether the topology has actors of `role` (for optional peers like "drafts")."""
         return role in self.ctx.peers
+
+    def num_peers(self, role: str) -> int:
+        """How many actors of `role` the topology has (0 when none)."""
+        return self.ctx.peers.get(role, 0)
 
     async def call(self, role: str, index: int, msg: Message, timeout: float = 10.0) -> Message:
         return await self.mailbox.call(role, index, msg, timeout)

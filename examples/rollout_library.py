@@ -13,20 +13,19 @@ from __future__ import annotations
 import anyio
 import torch
 
-from actors.generator.actor import GeneratorOptions
-from actors.model import LlamaModel
+from actors.model import ModelOptions, build_model
 from pipeline.rollout import Rollout, rollout_config
 from transport.messages import SamplingSpec
 
-GENERATOR = {
+MODEL = {
     "hidden": 64,
     "num_layers": 2,
     "num_heads": 4,
     "num_kv_heads": 2,
     "intermediate": 128,
     "max_context": 512,
-    "max_batch": 16,
 }
+GENERATOR = {"model": MODEL, "max_batch": 16}
 
 
 async def main() -> None:
@@ -39,11 +38,11 @@ async def main() -> None:
             lengths = [len(s.token_ids) for s in group.samples]
             print(f"{group.prompt_id}: {len(group.samples)} samples, lengths {lengths}")
         # ... your trainer computes rewards and a policy-gradient step here ...
-        model = LlamaModel.random(GeneratorOptions(**GENERATOR).model_config(), seed=7)
+        model = build_model(ModelOptions(**MODEL, seed=7))
         with torch.no_grad():
             await rollout.update_weights(model.state_dict(), version=1)
         again = await rollout.generate(prompts, group_size=8, sampling=sampling)
-        versions = {s.weight_version for g in again for s in g.samples}
+        versions = {v for g in again for s in g.samples for v in s.weight_versions}
         print(f"second rollout generated with weight versions {versions}")
     paths = result.save("runs/example-rollout")
     print(

@@ -92,19 +92,6 @@ def _cmd_rollout(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
-    import anyio
-
-    from pipeline.config import load_config
-    from pipeline.demo import demo_config, run_demo
-    from pipeline.logs import configure_logging
-
-    configure_logging("warning")
-    config = load_config(args.config) if args.config else demo_config()
-    anyio.run(lambda: run_demo(config, num_batches=args.batches))
-    return 0
-
-
 def _cmd_actor(args: argparse.Namespace) -> int:
     import anyio
 
@@ -161,10 +148,6 @@ def build_parser() -> argparse.ArgumentParser:
     roll.add_argument("--chunk-size", type=int, default=128)
     roll.add_argument("--out", help="run folder (default: runs/rollout-<time>)")
     roll.set_defaults(fn=_cmd_rollout)
-    demo = sub.add_parser("demo", help="the transport demo: matrices through 4 processes")
-    demo.add_argument("--config", help="TOML topology (default: the built-in one)")
-    demo.add_argument("--batches", type=int, default=24, help="work batches to push through")
-    demo.set_defaults(fn=_cmd_demo)
     actor = sub.add_parser("actor", help="start one actor of a topology by hand")
     actor.add_argument("--config", required=True)
     actor.add_argument("--role", required=True)

@@ -24,10 +24,7 @@ from typing import Any, Literal
 
 import tomli_w
 
-
-class ConfigError(ValueError):
-    """A configuration value or file is wrong; the message says where and why."""
-
+from actors.options import ConfigError as ConfigError  # options and config raise the same
 
 DRIVER = "driver"
 CONTROL = "control"
@@ -194,7 +191,7 @@ def _build(cls: type[Any], data: Any, where: str) -> Any:
     kwargs = {k: _value(hints[k], v, f"{where}.{k}") for k, v in data.items()}
     try:
         return cls(**kwargs)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:  # options validate in __post_init__
         raise ConfigError(f"{where}: {exc}") from None
 
 

@@ -19,11 +19,8 @@ from transport.security import CurveKeys
 from transport.sockets import SocketOptions, ZmqTransport
 
 ACTOR_KINDS: dict[str, str] = {
-    "demo.dispatcher": "actors.demo:Dispatcher",
-    "demo.worker": "actors.demo:Worker",
-    "demo.collector": "actors.demo:Collector",
-    "splitter": "actors.splitter:RequestSplitter",
-    "estimator": "actors.estimator_actor:LengthEstimatorActor",
+    "splitter": "actors.splitter.actor:RequestSplitter",
+    "estimator": "actors.estimator.actor:LengthEstimatorActor",
     "scheduler": "actors.scheduler.actor:SchedulerActor",
     "generator": "actors.generator.actor:GeneratorActor",
     "trainer": "actors.trainer.actor:TrainerActor",
@@ -95,7 +92,7 @@ def build_actor(
         handle_signals=not in_process,
         parent_pid=None if in_process else _parent_pid(),
         extra=extra,
-        peers=tuple(config.topology.roles),
+        peers={g.role: g.count for g in config.topology.actors},
     )
     return cls(ctx)
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from actors.generator.actor import GeneratorOptions
+from actors.generator import GeneratorOptions
+from actors.model import ModelOptions
 from pipeline.config import ActorGroup, PipelineConfig, Topology
 from pipeline.rollout.api import rollout_config
 from pipeline.tasks import Task
@@ -25,7 +26,9 @@ class RunConfig:
     policy: str = ""  # "" = the scheduler's default (context_aware); "baseline" for veRL-style
     chunk_size: int = 128
     num_generators: int = 2
-    model: GeneratorOptions = field(default_factory=lambda: GeneratorOptions(max_context=512))
+    generator: GeneratorOptions = field(
+        default_factory=lambda: GeneratorOptions(model=ModelOptions(max_context=512))
+    )
     warm_start_s: float = 60.0  # 0 = start from the random model; 60 s leaves RL room (~50%)
     cache_dir: str = "runs/cache"
     lr: float = 1e-3
@@ -48,15 +51,15 @@ class RunConfig:
                 raise ValueError(f"RunConfig.{name} must be >= 1")
 
 
-def model_options(cfg: RunConfig, task: Task, model_path: str) -> GeneratorOptions:
-    return dataclasses.replace(
-        cfg.model, vocab_size=task.vocab_size, eos_token_id=task.eos_token_id, model_path=model_path
-    )
+def generator_options(cfg: RunConfig, task: Task, model_path: str) -> GeneratorOptions:
+    """The run's generator options on `task`'s vocabulary, with the model at `model_path`."""
+    model = dataclasses.replace(cfg.generator.model, vocab_size=task.vocab_size, path=model_path)
+    return dataclasses.replace(cfg.generator, model=model, eos_token_id=task.eos_token_id)
 
 
-def generator_table(gen: GeneratorOptions) -> dict[str, Any]:
-    """Generator options as the plain table a topology carries (None = the default)."""
-    return {k: v for k, v in dataclasses.asdict(gen).items() if v is not None}
+def options_table(options: Any) -> dict[str, Any]:
+    """Options as the plain table a topology carries (None = the default)."""
+    return {k: v for k, v in dataclasses.asdict(options).items() if v is not None}
 
 
 def warm_model(cfg: RunConfig, task: Task, progress: Callable[[dict[str, Any]], None]) -> str:
@@ -65,7 +68,7 @@ def warm_model(cfg: RunConfig, task: Task, progress: Callable[[dict[str, Any]], 
         return ""
     from pipeline.tasks.warmstart import warm_start
 
-    config = model_options(cfg, task, "").model_config()
+    config = generator_options(cfg, task, "").model.config()
     path = warm_start(
         task,
         config,
@@ -81,8 +84,8 @@ def rl_topology(cfg: RunConfig, model_path: str, task: Task | None = None) -> Pi
     """Splitter, estimator, scheduler, generators and the trainer, on the same model."""
     from pipeline.tasks import get_task
 
-    gen = model_options(cfg, task or get_task(cfg.task), model_path)
-    gen_table = generator_table(gen)
+    gen = generator_options(cfg, task or get_task(cfg.task), model_path)
+    gen_table = options_table(gen)
     base = rollout_config(
         num_generators=cfg.num_generators, chunk_size=cfg.chunk_size, generator=gen_table
     )
@@ -90,13 +93,12 @@ def rl_topology(cfg: RunConfig, model_path: str, task: Task | None = None) -> Pi
         role="trainer",
         kind="trainer",
         options={
-            "model": gen_table,
+            "model": gen_table["model"],
             "lr": cfg.lr,
             "kl_coef": cfg.kl_coef,
             "micro_batch_size": cfg.micro_batch_size,
             "mini_batch_size": cfg.mini_batch_size,
             "epochs": cfg.epochs,
-            "num_generators": cfg.num_generators,
             "pad_id": gen.eos_token_id or 0,
             "seed": cfg.seed,
         },

@@ -76,7 +76,7 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 "throughput_tok_s": metrics["throughput_tok_s"],
                 "tail_s": metrics["tail_s"],
                 "mean_accept_len": metrics["mean_accept_len"],
-                "spec_accept_rate": metrics["spec_accept_rate"],
+                "accept_rate": metrics["accept_rate"],
                 "output_tokens": metrics["output_tokens"],
                 "weight_version": report.version,
                 "policy": cfg.policy or "context_aware",
@@ -150,7 +150,7 @@ def score(
                     old_logprobs=s.logprobs,
                     reward=reward,
                     group_id=s.group_id,
-                    weight_version=s.weight_version,
+                    weight_versions=s.weight_versions,
                 )
             )
     return tuple(samples), rewards

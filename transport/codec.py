@@ -72,10 +72,28 @@ class CodecLimits:
 
 DEFAULT_LIMITS: Final = CodecLimits()
 
-_FIELDS: Final = {cls: field_names(cls) for cls in REGISTRY.values()}
-_BUILDERS: Final[dict[int, Callable[..., Any]]] = {
-    tag: compile_record(cls) for tag, cls in REGISTRY.items()
-}
+# filled on first use, so messages registered later (`register_extension`) are carried too
+_FIELDS: Final[dict[type, tuple[str, ...]]] = {}
+_BUILDERS: Final[dict[int, Callable[..., Any]]] = {}
+
+
+def _fields(cls: type[Message]) -> tuple[str, ...] | None:
+    names = _FIELDS.get(cls)
+    if names is None and REGISTRY.get(getattr(cls, "TAG", 0)) is cls:
+        names = _FIELDS[cls] = field_names(cls)
+    return names
+
+
+def _builder(tag: int) -> Callable[..., Any] | None:
+    build = _BUILDERS.get(tag)
+    if build is None and tag in REGISTRY:
+        build = _BUILDERS[tag] = compile_record(REGISTRY[tag])
+    return build
+
+
+for _tag in list(REGISTRY):  # the built-in messages' schemas are checked at import
+    _fields(REGISTRY[_tag])
+    _builder(_tag)
 _STRUCT_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
@@ -129,7 +147,7 @@ class _Encoder:
 def encode(msg: Message) -> list[Any]:
     """Frames for `msg`: the header, then one buffer per tensor (aliasing its memory)."""
     cls = type(msg)
-    names = _FIELDS.get(cls)
+    names = _fields(cls)
     if names is None:
         raise TypeError(f"{cls.__name__} is not a registered message")
     body = {n: getattr(msg, n) for n in names}
@@ -257,7 +275,7 @@ def _unpack_header(raw: Any, dec: _Decoder | _NoFrames) -> Message:
     version, tag, body = obj
     if version != PROTOCOL_VERSION:
         raise ProtocolError(f"protocol version {version!r}, expected {PROTOCOL_VERSION}")
-    build = _BUILDERS.get(tag) if type(tag) is int else None
+    build = _builder(tag) if type(tag) is int else None
     if build is None:
         raise ProtocolError(f"unknown message tag {tag!r}")
     msg: Message = build(body)

@@ -10,13 +10,18 @@ envelope carries `PROTOCOL_VERSION`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final, TypeAlias
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Final, TypeAlias, TypeVar
 
 import numpy as np
 import torch
 
 PROTOCOL_VERSION: Final = 1
+
+PROMPT_TAIL_TOKENS: Final = 16
+"""How many of a prompt's last tokens `GroupInfo.prompt_tail` carries: the draft store and
+every generator's replicas put them before each sibling's response, so they must agree."""
 
 Array: TypeAlias = np.ndarray[Any, Any] | torch.Tensor
 """A numpy array or CPU torch tensor; travels as a msgpack header plus one raw frame."""
@@ -27,6 +32,9 @@ class Message:
 
     __slots__ = ()
     TAG: ClassVar[int]
+
+
+M = TypeVar("M", bound=Message)
 
 
 class Struct:
@@ -127,53 +135,6 @@ class TensorBlob(Message):
     tensor: Array
 
 
-# --- the demo topology (`seer run` until the RL loop lands) ------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ShardResult(Struct):
-    shard: int
-    worker: int
-    values: Array
-    compute_s: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WorkBatch(Message):
-    """Driver -> dispatcher: a batch of symmetric matrices, (N, D, D) float32."""
-
-    batch_id: int
-    matrices: Array
-    num_shards: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WorkShard(Message):
-    """Dispatcher -> worker: one shard of a batch."""
-
-    batch_id: int
-    shard: int
-    num_shards: int
-    matrices: Array
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ShardDone(Message):
-    """Worker -> collector: eigenvalue spectra of one shard, (n, D) float32."""
-
-    batch_id: int
-    num_shards: int
-    result: ShardResult
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BatchDone(Message):
-    """Collector -> driver: every shard of a batch, in shard order."""
-
-    batch_id: int
-    results: tuple[ShardResult, ...]
-
-
 # --- rollout: driver -> splitter -> scheduler <-> generators; estimator ----------------
 
 
@@ -227,38 +188,41 @@ class GroupInfo(Struct):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LoadInfo(Struct):
-    """A generator's load and cumulative engine counters."""
+    """A generator's load and cumulative engine counters (names as in the engine's)."""
 
     instance: int
     num_running: int
     num_waiting: int
     num_parked: int
-    kv_used: int
-    kv_total: int
+    kv_tokens_used: int
+    kv_tokens_total: int
     max_running: int
     weight_version: int
-    preemptions: int = 0
-    recomputed_tokens: int = 0
-    reprefilled_tokens: int = 0
-    generated_tokens: int = 0
-    drafted_tokens: int = 0
-    accepted_tokens: int = 0
-    per_token_s: float = 0.0
+    num_preemptions: int = 0
+    num_recomputed_tokens: int = 0
+    num_reprefilled_tokens: int = 0
+    num_generated_tokens: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SpecStats(Struct):
-    """Speculation over one chunk: verify steps, draft nodes offered and accepted.
-    Mean acceptance length (bonus token included) = tokens / steps."""
+    """Speculation over one chunk: verify steps, the tokens they emitted, draft nodes
+    offered and accepted. Mean acceptance length (bonus token included) =
+    num_tokens / num_steps."""
 
-    steps: int = 0
-    tokens: int = 0
-    drafted: int = 0
-    accepted: int = 0
+    num_steps: int = 0
+    num_tokens: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SampleResult(Struct):
+    """One finished sample. `weight_versions`: the version of every chunk, in order; a
+    sample whose chunks disagree mixes policies and is refused for training."""
+
     request_id: str
     group_id: str
     prompt_id: str
@@ -266,10 +230,108 @@ class SampleResult(Struct):
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
     finish_reason: str
-    weight_version: int
+    weight_versions: tuple[int, ...]
     start_s: float
     end_s: float
-    num_chunks: int
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self.weight_versions)
+
+
+# --- rollout records: what the scheduler saw (times are seconds since the rollout began) --
+
+FINISH_REASONS: Final = ("chunk", "stop", "length", "abort", "error")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChunkRecord(Struct):
+    """One dispatch of one request to one generator instance: `dispatched_s` when the
+    scheduler sent it, `start_s` when the engine step that made its first token began,
+    `end_s` when it finished. `generated_before`: the request's committed output length
+    at dispatch; `num_reprefilled_tokens`: what the engine prefilled again because the KV
+    was not there (a moved or evicted request). `finish_reason` is one of
+    `FINISH_REASONS` ("chunk": the chunk budget was used up, the request goes back)."""
+
+    request_id: str
+    group_id: str
+    instance: int
+    chunk_seq: int
+    dispatched_s: float
+    start_s: float
+    end_s: float
+    num_new_tokens: int
+    prompt_len: int
+    generated_before: int
+    num_reprefilled_tokens: int
+    finish_reason: str
+    weight_version: int = 0
+    spec: SpecStats = SpecStats()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestRecord(Struct):
+    """One sample of a group, from its arrival at the scheduler to its final result."""
+
+    request_id: str
+    group_id: str
+    prompt_id: str
+    is_probe: bool
+    prompt_len: int
+    output_len: int
+    arrival_s: float
+    finish_s: float
+    finish_reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceCounters(Struct):
+    """Engine-side totals of one generator instance over the rollout."""
+
+    instance: int
+    num_preemptions: int
+    num_recomputed_tokens: int
+    num_reprefilled_tokens: int
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RolloutRecord(Struct):
+    """Everything the scheduler recorded about one rollout. `to_dict()` gives plain
+    JSON-able data and `from_dict()` rebuilds an equal record; checking untrusted files is
+    `pipeline.rollout.trace`'s job."""
+
+    policy: str
+    num_instances: int
+    chunks: tuple[ChunkRecord, ...]
+    requests: tuple[RequestRecord, ...]
+    instances: tuple[InstanceCounters, ...]
+    makespan_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "num_instances": self.num_instances,
+            "makespan_s": self.makespan_s,
+            "chunks": [asdict(c) for c in self.chunks],
+            "requests": [asdict(r) for r in self.requests],
+            "instances": [asdict(i) for i in self.instances],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RolloutRecord:
+        chunks = tuple(
+            ChunkRecord(**{**c, "spec": SpecStats(**c.get("spec", {}))}) for c in data["chunks"]
+        )
+        return cls(
+            policy=str(data["policy"]),
+            num_instances=int(data["num_instances"]),
+            makespan_s=float(data["makespan_s"]),
+            chunks=chunks,
+            requests=tuple(RequestRecord(**r) for r in data["requests"]),
+            instances=tuple(InstanceCounters(**i) for i in data["instances"]),
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -332,10 +394,10 @@ class ChunkFinished(Message):
     weight_version: int
     start_time: float
     end_time: float
-    cached_tokens: int
+    num_cached_tokens: int
     load: LoadInfo
     error: str = ""
-    spec: SpecStats | None = None
+    spec: SpecStats = SpecStats()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -361,11 +423,11 @@ class EstimateUpdated(Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RolloutFinished(Message):
-    """Scheduler -> driver: every sample, plus the rollout's record as JSON."""
+    """Scheduler -> driver: every sample, and what the scheduler recorded."""
 
     rollout_id: str
     samples: tuple[SampleResult, ...]
-    record_json: str
+    record: RolloutRecord
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -489,7 +551,7 @@ class TrainSampleSpec(Struct):
     old_logprobs: tuple[float, ...]
     reward: float
     group_id: str
-    weight_version: int
+    weight_versions: tuple[int, ...]  # one per chunk; all must be the expected version
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -535,10 +597,6 @@ REGISTRY: Final[dict[int, type[Message]]] = {
     10: Ping,
     11: Pong,
     12: TensorBlob,
-    20: WorkBatch,
-    21: WorkShard,
-    22: ShardDone,
-    23: BatchDone,
     30: PromptBatch,
     31: GroupsOpened,
     32: RequestsAdded,
@@ -564,14 +622,49 @@ REGISTRY: Final[dict[int, type[Message]]] = {
 }
 
 
+EXTENSION_TAGS: Final = range(1024, 2**16)
+"""Tags for messages defined outside this module (examples, a user's own actors)."""
+
+
+def register_extension(tag: int) -> Callable[[type[M]], type[M]]:
+    """Class decorator: register a message defined outside this module under `tag` (in
+    `EXTENSION_TAGS`), so the codec carries it. The message must follow the same rules."""
+
+    def register(cls: type[M]) -> type[M]:
+        if tag not in EXTENSION_TAGS:
+            raise TypeError(f"extension tag {tag} of {cls.__name__} must be in 1024..65535")
+        known = REGISTRY.get(tag)
+        if known is not None and _qualified(known) != _qualified(cls):
+            raise TypeError(f"tag {tag} is taken by {_qualified(known)}")
+        _check_record(cls)
+        REGISTRY[tag] = cls
+        cls.TAG = tag
+        return cls
+
+    return register
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _check_record(cls: type) -> None:
+    params = getattr(cls, "__dataclass_params__", None)
+    if params is None or not params.frozen or "__slots__" not in cls.__dict__:
+        raise TypeError(f"{cls.__name__} must be a frozen, slotted dataclass")
+    fields = cls.__dataclass_fields__.values()  # type: ignore[attr-defined]
+    if not all(f.kw_only for f in fields):
+        raise TypeError(f"{cls.__name__} must be kw_only")
+
+
 def _check_registry() -> None:
     """Fail at import if the registry and the message classes disagree."""
     tags: dict[type[Message], int] = {}
     for tag, cls in REGISTRY.items():
         if cls in tags:
             raise TypeError(f"{cls.__name__} registered twice (tags {tags[cls]} and {tag})")
-        if not isinstance(tag, int) or not 0 < tag < 2**16:
-            raise TypeError(f"tag {tag!r} of {cls.__name__} must be an int in 1..65535")
+        if not isinstance(tag, int) or not 0 < tag < EXTENSION_TAGS.start:
+            raise TypeError(f"tag {tag!r} of {cls.__name__} must be an int in 1..1023")
         tags[cls] = tag
         cls.TAG = tag
     # slots=True makes a new class; the module's name binds the one that is used.
@@ -582,12 +675,7 @@ def _check_registry() -> None:
         raise TypeError(f"messages without a tag in REGISTRY: {names}")
     structs = [c for c in Struct.__subclasses__() if globals().get(c.__name__) is c]
     for cls in (*REGISTRY.values(), *structs):
-        params = getattr(cls, "__dataclass_params__", None)
-        if params is None or not params.frozen or "__slots__" not in cls.__dict__:
-            raise TypeError(f"{cls.__name__} must be a frozen, slotted dataclass")
-        fields = cls.__dataclass_fields__.values()
-        if not all(f.kw_only for f in fields):
-            raise TypeError(f"{cls.__name__} must be kw_only")
+        _check_record(cls)
 
 
 _check_registry()

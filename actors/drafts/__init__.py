@@ -1,17 +1,17 @@
 """Grouped speculative decoding: the suffix tree, the draft-tree store's core, the
 generator's replicas and the speculation policy (the `Speculator` that glues them to an
-engine is in `actors.drafts.speculator`; the store actor in `actors.drafts.actor`)."""
+engine is in `actors.generator.speculator`; the store actor in `actors.drafts.actor`)."""
 
 from actors.drafts.client import DraftClient, GroupReplica
+from actors.drafts.options import DraftStoreOptions, SpecConfig
 from actors.drafts.policy import (
     AcceptanceStats,
     Calibration,
     FixedPolicy,
     MarginalBenefitPolicy,
-    SpecConfig,
-    make_policy,
+    make_draft_policy,
 )
-from actors.drafts.store import PROMPT_TAIL_TOKENS, DraftStore
+from actors.drafts.store import DraftStore
 from actors.drafts.suffix_tree import (
     HAVE_COMPILED_CORE,
     CompiledMatcher,
@@ -27,7 +27,6 @@ from actors.drafts.suffix_tree import (
 
 __all__ = [
     "HAVE_COMPILED_CORE",
-    "PROMPT_TAIL_TOKENS",
     "AcceptanceStats",
     "CSuffixTree",
     "Calibration",
@@ -35,6 +34,7 @@ __all__ = [
     "CompiledSuffixTree",
     "DraftClient",
     "DraftStore",
+    "DraftStoreOptions",
     "FixedPolicy",
     "GroupReplica",
     "MarginalBenefitPolicy",
@@ -45,5 +45,5 @@ __all__ = [
     "SpecResult",
     "SuffixTree",
     "SuffixTreeBase",
-    "make_policy",
+    "make_draft_policy",
 ]

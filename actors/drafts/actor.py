@@ -12,9 +12,9 @@ never samples (generators decode without drafts until it answers again).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from actors.base import Actor, ActorContext, Handler
+from actors.drafts.options import DraftStoreOptions
 from actors.drafts.store import DraftStore
 from transport.messages import (
     DraftDeltas,
@@ -24,13 +24,6 @@ from transport.messages import (
     SyncDrafts,
     TokensAppended,
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class DraftStoreOptions:
-    max_depth: int = 64
-    keep_history: bool = False
-    history_size: int = 16
 
 
 class DraftTreeStoreActor(Actor):

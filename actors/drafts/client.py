@@ -23,9 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from actors.drafts.store import PROMPT_TAIL_TOKENS
 from actors.drafts.suffix_tree import Matcher, SpecResult, SuffixTree
-from transport.messages import DraftDeltas, GroupCursor, SyncDrafts, TokenAppend
+from transport.messages import PROMPT_TAIL_TOKENS, DraftDeltas, GroupCursor, SyncDrafts, TokenAppend
 
 DraftMode = Literal["self", "group"]
 

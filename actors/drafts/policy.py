@@ -33,45 +33,10 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+
+from actors.drafts.options import SpecConfig
 
 StepTime = Callable[[int, int], float]
-
-
-@dataclass(frozen=True, kw_only=True)
-class SpecConfig:
-    """`mode`: "off", "self" (each request drafts from its own output: SuffixDecoding) or
-    "group" (from all siblings via the draft store: Seer). `budget`: "adaptive" (MBA) or
-    "fixed" (`fixed_len` tokens for every request)."""
-
-    mode: Literal["off", "self", "group"] = "group"
-    budget: Literal["adaptive", "fixed"] = "adaptive"
-    fixed_len: int = 4
-    g_max: int = 8
-    probe_weight: float = 2.0
-    explore_every: int = 16
-    paths: int = 4
-    multipath_max_batch: int = 4
-    min_prob: float = 0.1
-    max_match: int = 32
-    tree_depth: int = 64
-    sync_interval_s: float = 0.05
-    store_timeout_s: float = 2.0
-
-    def __post_init__(self) -> None:
-        if self.mode not in ("off", "self", "group"):
-            raise ValueError(f"speculation mode must be off, self or group, got {self.mode!r}")
-        if self.budget not in ("adaptive", "fixed"):
-            raise ValueError(f"speculation budget must be adaptive or fixed, got {self.budget!r}")
-        for name in ("fixed_len", "g_max", "explore_every", "paths", "max_match", "tree_depth"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"speculation {name} must be >= 1, got {getattr(self, name)}")
-        if not 0 <= self.min_prob <= 1:
-            raise ValueError(f"speculation min_prob must be in [0, 1], got {self.min_prob}")
-        if self.probe_weight <= 0 or self.sync_interval_s <= 0 or self.store_timeout_s <= 0:
-            raise ValueError("probe_weight, sync_interval_s and store_timeout_s must be > 0")
-        if self.max_match >= self.tree_depth:
-            raise ValueError("max_match must be below tree_depth (drafts need depth left)")
 
 
 class AcceptanceStats:
@@ -349,7 +314,7 @@ class FixedPolicy:
 SpecPolicy = MarginalBenefitPolicy | FixedPolicy
 
 
-def make_policy(config: SpecConfig, step_time: StepTime) -> SpecPolicy:
+def make_draft_policy(config: SpecConfig, step_time: StepTime) -> SpecPolicy:
     if config.budget == "fixed":
         return FixedPolicy(config)
     return MarginalBenefitPolicy(config, step_time)

@@ -34,7 +34,6 @@ from transport.messages import (
     TokenAppend,
 )
 
-PROMPT_TAIL_TOKENS = 16
 HISTORY_PREFIX = "history:"
 _READ_ONLY = 1 << 62  # chunk_seq of history sequences: every append to them is stale
 

@@ -1,15 +1,18 @@
-"""Generation engines: the ``Engine`` interface and the built-in ``TorchEngine``."""
+"""The generator: an actor that drives one engine (``backend`` option), the engine protocol
+with its plain data, and the speculation it does around each step. The built-in engine is
+``actors.generator.builtin``."""
 
-from actors.generator.config import EngineConfig
-from actors.generator.drafts import Draft, DraftTree, validate_draft
+from actors.generator.backends import BACKENDS, build_engine
 from actors.generator.engine import (
     ChunkRequest,
     ChunkResult,
+    Draft,
     Engine,
     EngineCounters,
     EngineLoad,
     FinishReason,
     SamplingParams,
+    SpeculativeEngine,
     StepDelta,
     StepResult,
     error_result,
@@ -21,37 +24,35 @@ from actors.generator.errors import (
     EngineBusyError,
     EngineError,
     InvalidRequestError,
+    RequestNotInEngineError,
     TokenOutOfVocabError,
-    UnknownRequestError,
     WeightVersionError,
 )
-from actors.generator.profile import StepProfile
-from actors.generator.torch_engine import TorchEngine
+from actors.generator.options import GeneratorOptions
 
 __all__ = [
+    "BACKENDS",
     "ChunkRequest",
     "ChunkResult",
     "ContextOverflowError",
     "Draft",
     "DraftError",
-    "DraftTree",
     "DuplicateRequestError",
     "Engine",
     "EngineBusyError",
-    "EngineConfig",
     "EngineCounters",
     "EngineError",
     "EngineLoad",
     "FinishReason",
+    "GeneratorOptions",
     "InvalidRequestError",
+    "RequestNotInEngineError",
     "SamplingParams",
+    "SpeculativeEngine",
     "StepDelta",
-    "StepProfile",
     "StepResult",
     "TokenOutOfVocabError",
-    "TorchEngine",
-    "UnknownRequestError",
     "WeightVersionError",
+    "build_engine",
     "error_result",
-    "validate_draft",
 ]

@@ -1,10 +1,15 @@
-"""Engine: the interface every generation backend implements, and the plain data it speaks.
+"""Engine: the protocol every generation backend implements, and the plain data it speaks.
 
-A Generator actor drives one ``Engine``: it ``add``s chunk requests, calls ``step`` in a loop
-(optionally with drafts for the requests that will decode next), forwards each step's
-``StepDelta``s (new tokens) and each finished ``ChunkResult``, and reads ``load``,
-``counters`` and ``step_time`` for the scheduler and the speculation policy. ``TorchEngine``
-is the built-in backend; an SGLang HTTP backend implements the same protocol.
+A Generator actor drives one ``Engine``, chunk by chunk: it ``add``s chunk requests, calls
+``poll`` in a loop (in a worker thread) and forwards each call's ``StepDelta``s (new
+tokens) and finished ``ChunkResult``s; it reads ``load`` and ``counters`` for the
+scheduler, and swaps weights with ``update_weights`` between iterations. That is all an
+out-of-process backend (an HTTP server) needs to implement.
+
+An engine that verifies client drafts in its own decode steps also implements
+``SpeculativeEngine``: the actor then calls ``step(drafts)`` with drafts for the requests
+that ``decoding_request_ids`` names, and the speculation policy reads ``step_time``. The
+built-in ``TorchEngine`` (``actors.generator.builtin``) is such an engine.
 
 Contract:
 - One chunk = at most ``max_new_tokens`` new tokens of one request. It ends with a
@@ -19,14 +24,33 @@ Everything here is synchronous and msgpack-friendly (ints, floats, strings, tupl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
-from actors.generator.drafts import Draft
 from actors.generator.errors import InvalidRequestError
 
 FinishReason = Literal["stop", "length", "chunk", "abort", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """A chain or tree of proposed tokens after a request's last real token.
+
+    ``token_ids[i]`` is node ``i``; ``parents[i]`` is the index of its parent node, ``-1``
+    for a child of the last real token, always ``< i`` (topological order). Siblings must
+    carry distinct tokens (lossless verification walks distinct children). A chain is the
+    tree whose parents are ``-1, 0, 1, ...``."""
+
+    token_ids: tuple[int, ...]
+    parents: tuple[int, ...]
+
+    @classmethod
+    def chain(cls, token_ids: Sequence[int]) -> Draft:
+        return cls(tuple(token_ids), tuple(range(-1, len(token_ids) - 1)))
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +142,7 @@ class EngineLoad:
     num_parked: int
     kv_tokens_used: int
     kv_tokens_total: int
+    max_running: int  # batch slots: chunks that can decode at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +171,7 @@ def error_result(request_id: str, exc: BaseException, weight_version: int) -> Ch
 
 @runtime_checkable
 class Engine(Protocol):
-    """What a Generator actor needs from a backend."""
+    """A chunk-level generation backend: what a Generator actor needs from any engine."""
 
     @property
     def weight_version(self) -> int: ...
@@ -156,25 +181,37 @@ class Engine(Protocol):
 
     def abort(self, request_id: str) -> ChunkResult | None:
         """Stop a request: its chunk ends with ``"abort"`` and the tokens so far (None when
-        it was only parked, whose KV is dropped). Raises ``UnknownRequestError``."""
+        it was only parked, whose KV is dropped). Raises ``RequestNotInEngineError``."""
 
     def release(self, request_id: str) -> bool:
         """Drop a parked request's KV; False when none was resident."""
 
-    def step(self, drafts: Mapping[str, Draft] | None = None) -> StepResult:
-        """Run one iteration: admit, prefill a budget of tokens, decode (verify drafts)."""
-
     def has_work(self) -> bool: ...
 
-    def decoding_request_ids(self) -> list[str]:
-        """Requests that decode in the next step: the ones drafts may be given for."""
+    def poll(self) -> StepResult:
+        """Make progress on the queued chunks; what happened since the last call (new tokens
+        per request, chunks that ended). Blocking: the actor runs it in a worker thread."""
 
     def load(self) -> EngineLoad: ...
 
     def counters(self) -> EngineCounters: ...
 
+    def update_weights(self, source: object, version: int) -> None:
+        """Swap weights between iterations (idle engine); parked KV is dropped."""
+
+
+@runtime_checkable
+class SpeculativeEngine(Engine, Protocol):
+    """Optional capability: an engine that verifies client drafts in its decode steps."""
+
+    def decoding_request_ids(self) -> list[str]:
+        """Requests that decode in the next step: the ones drafts may be given for."""
+
+    def step(self, drafts: Mapping[str, Draft] | None = None) -> StepResult:
+        """Run one iteration: admit, prefill a budget of tokens, decode (verify drafts)."""
+
     def step_time(self, batch: int, draft_len: int) -> float:
         """Profiled seconds of one verify step of ``batch`` rows with ``draft_len`` drafts."""
 
-    def update_weights(self, source: object, version: int) -> None:
-        """Swap weights between iterations (idle engine); parked KV is dropped."""
+    def measure_step_times(self) -> None:
+        """Profile step times now (start-up), rather than on the first ``step_time``."""

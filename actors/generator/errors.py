@@ -23,7 +23,7 @@ class TokenOutOfVocabError(EngineError):
     """A token id outside ``[0, vocab_size)``."""
 
 
-class UnknownRequestError(EngineError, KeyError):
+class RequestNotInEngineError(EngineError, KeyError):
     """No request with this id is running, waiting or parked."""
 
     def __str__(self) -> str:  # KeyError would quote the message

@@ -3,6 +3,7 @@
 from actors.model.config import ModelConfig
 from actors.model.layout import BatchLayout, build_layout, causal_mask
 from actors.model.llama import LlamaModel
+from actors.model.options import ModelOptions, build_model
 from actors.model.tokenizer import ByteTokenizer
 from actors.model.weights import (
     hf_config,
@@ -19,7 +20,9 @@ __all__ = [
     "ByteTokenizer",
     "LlamaModel",
     "ModelConfig",
+    "ModelOptions",
     "build_layout",
+    "build_model",
     "causal_mask",
     "hf_config",
     "load_config",

@@ -1,7 +1,8 @@
 """The scheduler's pure core: request books, policies, placement and dispatch decisions.
 
-Synchronous and free of sockets and clocks, so the actor shell and the cluster simulator
-share it. See ``core`` for the dispatch contract and ``policy`` for the orderings.
+Synchronous and free of sockets and clocks, so that a cluster simulator (planned) can run
+the same objects as the actor shell. See ``core`` for the dispatch contract and ``policy``
+for the orderings.
 """
 
 from actors.scheduler.core import COUNTER_NAMES, SchedulerCore, UnknownRequestError

@@ -14,7 +14,6 @@ error finishes its sample with finish reason "error", keeping the tokens already
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,12 +22,12 @@ import anyio
 
 from actors.base import Actor, ActorContext, Handler
 from actors.scheduler.core import SchedulerCore, UnknownRequestError
+from actors.scheduler.options import SchedulerOptions
 from actors.scheduler.policy import make_policy
-from actors.scheduler.records import RunBook
-from actors.scheduler.state import InstanceLoad, RequestState
+from actors.scheduler.runbook import RunBook
+from actors.scheduler.wire import chunk_assigned, instance_load, request_state
 from transport.errors import TransportError
 from transport.messages import (
-    ChunkAssigned,
     ChunkFinished,
     EndRollout,
     EstimateUpdated,
@@ -39,29 +38,14 @@ from transport.messages import (
     Message,
     RequestFinished,
     RequestsAdded,
-    RequestSpec,
     RolloutFailed,
     RolloutFinished,
     WeightsPublished,
 )
 
 
-@dataclass(frozen=True, kw_only=True)
-class SchedulerOptions:
-    policy: str = "context_aware"
-    num_generators: int = 2
-    chunk_size: int = 128
-    max_running_per_instance: int = 32
-    kv_high_watermark: float = 0.9
-    affinity_spread: int = 4
-    starvation_s: float = 60.0
-    health_interval_s: float = 2.0
-    health_timeout_s: float = 5.0
-    growth_reserve: int | None = None
-
-
 @dataclass
-class Rollout:
+class ActiveRollout:
     rollout_id: str
     core: SchedulerCore
     book: RunBook
@@ -78,10 +62,11 @@ class SchedulerActor(Actor):
         super().__init__(ctx)
         self.opts: SchedulerOptions = ctx.options or SchedulerOptions()
         self.weight_version = 0
-        self.current: Rollout | None = None
+        self.current: ActiveRollout | None = None
         self.num_unknown_results = 0
         self.totals: dict[str, float] = {}  # core counters summed over finished rollouts
-        self.last_loads: dict[int, LoadReport] = {}
+        self.num_generators = self.num_peers("generator")
+        self.last_loads: dict[int, LoadInfo] = {}
         self.down: set[int] = set()  # generators that stopped answering
 
     def handlers(self) -> Mapping[type[Message], Handler]:
@@ -123,30 +108,33 @@ class SchedulerActor(Actor):
         true_lengths = {r.request_id: r.forced_len or limit for r in msg.requests}
         policy = make_policy(
             name,
-            num_instances=self.opts.num_generators,
+            num_instances=self.num_generators,
             max_new_tokens=limit,
             true_lengths=true_lengths if name == "oracle" else None,
             starvation_s=self.opts.starvation_s,
         )
         core = SchedulerCore(
             policy,
-            self.opts.num_generators,
+            self.num_generators,
             chunk_size=self.opts.chunk_size,
             max_running_per_instance=self.opts.max_running_per_instance,
             kv_high_watermark=self.opts.kv_high_watermark,
             affinity_spread=self.opts.affinity_spread,
             growth_reserve=self.opts.growth_reserve,
         )
-        start_loads = [await self._load_or_last(i) for i in range(self.opts.num_generators)]
-        book = RunBook(msg.rollout_id, name, msg.requests, start_loads, time.time())
-        self.current = Rollout(msg.rollout_id, core, book, name)
+        start = time.time()
+        start_loads = [await self._load_or_last(i) for i in range(self.num_generators)]
+        book = RunBook(msg.rollout_id, name, msg.requests, start_loads, start)
+        self.current = ActiveRollout(msg.rollout_id, core, book, name)
         for r in msg.requests:
             self.current.unfinished[r.group_id] = self.current.unfinished.get(r.group_id, 0) + 1
         for load in start_loads:
-            core.update_load(_instance_load(load))
+            core.update_load(instance_load(load))
         for i in self.down:  # lost in an earlier rollout: nothing goes there
             core.requeue_instance(i, 0.0, mark_down=True)
-        core.add([_state(r, i) for i, r in enumerate(msg.requests)], 0.0)
+        now = time.time() - start
+        core.add([request_state(r, i) for i, r in enumerate(msg.requests)], now)
+        book.arrive([r.request_id for r in msg.requests], now)
         self.log.info(
             "rollout_started", rollout=msg.rollout_id, policy=name, requests=len(msg.requests)
         )
@@ -177,8 +165,8 @@ class SchedulerActor(Actor):
         if verdict == "stale":
             self.log.warning("chunk_result_stale", request=msg.request_id, seq=msg.chunk_seq)
             return
-        run.core.update_load(_instance_load(msg.load))
-        self.last_loads[msg.instance] = LoadReport(load=msg.load)
+        run.core.update_load(instance_load(msg.load))
+        self.last_loads[msg.instance] = msg.load
         dispatched = run.dispatched.pop((msg.request_id, msg.chunk_seq), 0.0)
         run.book.add_chunk(msg, dispatched)
         if msg.error:
@@ -200,7 +188,7 @@ class SchedulerActor(Actor):
         else:
             await self._send_chunks()
 
-    async def _group_progress(self, run: Rollout, group_id: str) -> None:
+    async def _group_progress(self, run: ActiveRollout, group_id: str) -> None:
         """The draft store frees a group's tree once all of its samples are done."""
         run.unfinished[group_id] -= 1
         if run.unfinished[group_id] == 0 and self.has_peer("drafts"):
@@ -214,34 +202,19 @@ class SchedulerActor(Actor):
         now = time.time() - run.book.start
         for d in run.core.next_dispatches(now):
             spec = run.book.specs[d.request_id]
-            total = spec.forced_len or spec.sampling.max_new_tokens
+            generated = tuple(run.book.tokens[d.request_id])
             run.dispatched[(d.request_id, d.chunk_seq)] = now
-            await self.send_to(
-                "generator",
-                d.instance,
-                ChunkAssigned(
-                    rollout_id=run.rollout_id,
-                    request_id=d.request_id,
-                    chunk_seq=d.chunk_seq,
-                    prompt_ids=spec.prompt_ids,
-                    generated_ids=tuple(run.book.tokens[d.request_id]),
-                    max_tokens=d.max_tokens,
-                    total_limit=total,
-                    sampling=spec.sampling,
-                    weight_version=self.weight_version,
-                    group_id=spec.group_id,
-                    is_probe=spec.is_probe,
-                ),
-            )
+            msg = chunk_assigned(run.rollout_id, d, spec, generated, self.weight_version)
+            await self.send_to("generator", d.instance, msg)
 
-    async def _finish(self, run: Rollout) -> None:
+    async def _finish(self, run: ActiveRollout) -> None:
         self.current = None
         for k, v in run.core.counters.items():
             self.totals[k] = self.totals.get(k, 0.0) + v
-        end_loads = [await self._load_or_last(i) for i in range(self.opts.num_generators)]
+        end_loads = [await self._load_or_last(i) for i in range(self.num_generators)]
         record = run.book.record(end_loads)
         samples = run.book.samples()
-        for i in range(self.opts.num_generators):
+        for i in range(self.num_generators):
             if i in self.down:
                 continue
             ids = tuple(run.book.specs)
@@ -252,29 +225,26 @@ class SchedulerActor(Actor):
             "rollout_finished",
             rollout=run.rollout_id,
             policy=run.policy,
-            makespan_s=round(record["makespan_s"], 3),
+            makespan_s=round(record.makespan_s, 3),
         )
-        await self.send_to(
-            "driver",
-            0,
-            RolloutFinished(
-                rollout_id=run.rollout_id, samples=samples, record_json=json.dumps(record)
-            ),
-        )
+        finished = RolloutFinished(rollout_id=run.rollout_id, samples=samples, record=record)
+        await self.send_to("driver", 0, finished)
 
-    async def _abandon(self, run: Rollout, reason: str) -> None:
+    async def _abandon(self, run: ActiveRollout, reason: str) -> None:
         """Fail the rollout rather than wait forever: the driver gets `RolloutFailed`."""
         self.current = None
         self.log.error("rollout_failed", rollout=run.rollout_id, reason=reason)
         await self.send_to("driver", 0, RolloutFailed(rollout_id=run.rollout_id, reason=reason))
 
-    async def _load(self, instance: int, timeout: float = 30.0) -> LoadReport:
+    async def _load(self, instance: int, timeout: float = 30.0) -> LoadInfo:
         reply = await self.call("generator", instance, GetLoad(), timeout=timeout)
-        assert isinstance(reply, LoadReport)
-        self.last_loads[instance] = reply
-        return reply
+        if not isinstance(reply, LoadReport):
+            kind = type(reply).__name__
+            raise TransportError(f"generator {instance} answered GetLoad with {kind}")
+        self.last_loads[instance] = reply.load
+        return reply.load
 
-    async def _load_or_last(self, instance: int) -> LoadReport:
+    async def _load_or_last(self, instance: int) -> LoadInfo:
         """A fresh load report; a generator marked lost that answers again is back."""
         try:
             report = await self._load(instance, timeout=self.opts.health_timeout_s)
@@ -300,7 +270,7 @@ class SchedulerActor(Actor):
             run = self.current
             if run is None:
                 continue
-            for i in range(self.opts.num_generators):
+            for i in range(self.num_generators):
                 if i in self.down or not run.core.projected_load(i).num_running:
                     continue
                 try:
@@ -312,30 +282,7 @@ class SchedulerActor(Actor):
                     now = time.time() - run.book.start
                     ids = run.core.requeue_instance(i, now, mark_down=True)
                     self.log.error("generator_lost", instance=i, error=str(exc), requeued=len(ids))
-                    if len(self.down) == self.opts.num_generators:
+                    if len(self.down) == self.num_generators:
                         await self._abandon(run, "every generator stopped answering")
                         break
                     await self._send_chunks()
-
-
-def _instance_load(report: LoadReport | LoadInfo) -> InstanceLoad:
-    load = report.load if isinstance(report, LoadReport) else report
-    return InstanceLoad(
-        index=load.instance,
-        num_running=load.num_running + load.num_waiting,
-        kv_used=load.kv_used,
-        kv_total=load.kv_total,
-        max_running=load.max_running,
-    )
-
-
-def _state(spec: RequestSpec, arrival: int) -> RequestState:
-    """The scheduler's view of a request: the generation limit, never a forced length."""
-    return RequestState(
-        request_id=spec.request_id,
-        group_id=spec.group_id,
-        is_probe=spec.is_probe,
-        prompt_len=len(spec.prompt_ids),
-        max_new_tokens=spec.sampling.max_new_tokens,
-        arrival=arrival,
-    )

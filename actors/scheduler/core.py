@@ -13,7 +13,7 @@ Guarantees:
   loses only the uncommitted chunk.
 - Capacity (policies with ``bounded_by_capacity``): at most ``max_running_per_instance``
   in-flight chunks per instance, and projected KV (last telemetry + prompt + generated +
-  max_tokens of each chunk dispatched since) under ``kv_high_watermark * kv_total`` -- except
+  max_tokens of each chunk dispatched since) under ``kv_high_watermark * kv_tokens_total`` -- except
   that an idle instance always takes one chunk, so the rollout cannot stall on KV.
 - Chunks: ``min(chunk_size, remaining)`` for chunked policies, all of ``remaining`` otherwise.
 - Requests a policy cannot place now are skipped, not waited on (work-conserving), so pinned
@@ -125,7 +125,7 @@ class SchedulerCore:
     def update_load(self, load: InstanceLoad) -> None:
         """Fresh telemetry replaces the projection; it also marks the instance as up."""
         proj = self._loads[self._check_instance(load.index)]
-        proj.kv_used, proj.kv_total = load.kv_used, load.kv_total
+        proj.kv_tokens_used, proj.kv_tokens_total = load.kv_tokens_used, load.kv_tokens_total
         for rid in self._running_on[load.index]:
             self._flights[rid].pending = False
         self._down.discard(load.index)
@@ -190,7 +190,7 @@ class SchedulerCore:
             if home == instance:  # its KV died with the instance
                 self._set_home(rid, None)
         proj = self._loads[instance]
-        proj.num_running, proj.kv_used = 0, 0
+        proj.num_running, proj.kv_tokens_used = 0, 0
         if mark_down:
             self._down.add(instance)
         return ids
@@ -242,7 +242,7 @@ class SchedulerCore:
             return False
         need = self._homed_kv[i] + req.prompt_len + req.generated
         need += (self._homed[i] + 1) * self.growth_reserve
-        return need <= self.kv_high_watermark * load.kv_total
+        return need <= self.kv_high_watermark * load.kv_tokens_total
 
     def _place(self, req: RequestState, kv_need: int, bounded: bool) -> int | None:
         pin = self.policy.pin(req)
@@ -265,8 +265,8 @@ class SchedulerCore:
         return min(fits, key=self._load_key).index if fits else None
 
     def _load_key(self, load: ProjectedLoad) -> tuple[int, float, int]:
-        kv_total = max(load.kv_total, 1)
-        return (load.num_running, self._homed_kv[load.index] / kv_total, load.index)
+        kv_tokens_total = max(load.kv_tokens_total, 1)
+        return (load.num_running, self._homed_kv[load.index] / kv_tokens_total, load.index)
 
     def _dispatch(
         self, req: RequestState, instance: int, max_tokens: int, kv_need: int, now: float
@@ -285,7 +285,7 @@ class SchedulerCore:
         self._set_home(req.request_id, instance)
         proj = self._loads[instance]
         proj.num_running += 1
-        proj.kv_used += kv_need
+        proj.kv_tokens_used += kv_need
         return Dispatch(
             request_id=req.request_id,
             instance=instance,
@@ -299,7 +299,7 @@ class SchedulerCore:
         proj = self._loads[flight.instance]
         proj.num_running -= 1
         if flight.pending:
-            proj.kv_used -= flight.kv_need
+            proj.kv_tokens_used -= flight.kv_need
 
     def _to_waiting(self, req: RequestState, now: float, *, kv_instance: int | None) -> None:
         req.status, req.instance, req.kv_instance = "waiting", None, kv_instance

@@ -9,7 +9,7 @@ affinity while load is balanced, least-loaded once the spread passes a threshold
 Otherwise: fewest in flight, then lowest KV fraction, then lowest index.
 
 Capacity: a free slot (``num_running < max_running``) and the request's KV need fitting
-under ``kv_high_watermark * kv_total`` -- except on an idle instance (nothing in flight),
+under ``kv_high_watermark * kv_tokens_total`` -- except on an idle instance (nothing in flight),
 which always takes one request: parked KV is evictable, and an over-large request must
 still run somewhere, so the KV limit can never stall the rollout. Pure functions, no state.
 """
@@ -32,9 +32,9 @@ class LoadView(Protocol):
     @property
     def num_running(self) -> int: ...
     @property
-    def kv_used(self) -> int: ...
+    def kv_tokens_used(self) -> int: ...
     @property
-    def kv_total(self) -> int: ...
+    def kv_tokens_total(self) -> int: ...
     @property
     def max_running(self) -> int: ...
 
@@ -45,7 +45,7 @@ def has_capacity(load: LoadView, kv_need: int = 0, kv_high_watermark: float = 1.
         return False
     if load.num_running == 0:
         return True
-    return load.kv_used + kv_need <= kv_high_watermark * load.kv_total
+    return load.kv_tokens_used + kv_need <= kv_high_watermark * load.kv_tokens_total
 
 
 def need_on(req: RequestState, instance: int, kv_need: int, kv_resident: int) -> int:
@@ -55,7 +55,7 @@ def need_on(req: RequestState, instance: int, kv_need: int, kv_resident: int) ->
 
 
 def _load_key(load: LoadView) -> tuple[int, float, int]:
-    kv_fraction = load.kv_used / load.kv_total if load.kv_total > 0 else 1.0
+    kv_fraction = load.kv_tokens_used / load.kv_tokens_total if load.kv_tokens_total > 0 else 1.0
     return (load.num_running, kv_fraction, load.index)
 
 

@@ -1,6 +1,6 @@
 """Scheduling policies: in which order waiting requests are served, and where they may run.
 
-A policy is a pure object the ``SchedulerCore`` consults (and the cluster simulator reuses):
+A policy is a pure object the ``SchedulerCore`` consults (a simulator, planned, can too):
 it never mutates requests and never sees sockets or clocks other than the ``now`` it is
 given. The core calls ``add`` when a request enters the system, ``remove`` when it leaves the
 waiting buffer (picked for a chunk; a finished request is never waiting), ``requeue`` when

@@ -69,8 +69,8 @@ class InstanceLoad:
 
     index: int
     num_running: int  # requests resident and decoding or queued in the engine
-    kv_used: int  # KV tokens in use (running + parked)
-    kv_total: int  # KV budget in tokens
+    kv_tokens_used: int  # KV tokens in use (running + parked)
+    kv_tokens_total: int  # KV budget in tokens
     max_running: int  # engine batch slots
 
 
@@ -79,19 +79,19 @@ class ProjectedLoad:
     """The core's view of an instance: telemetry plus chunks dispatched since.
 
     ``num_running`` counts the core's own in-flight chunks there (exact: the core sees every
-    dispatch and every result); ``kv_used`` is the last telemetry's figure plus the projected
+    dispatch and every result); ``kv_tokens_used`` is the last telemetry's figure plus the projected
     KV (prompt + generated + max_tokens) of chunks dispatched after that telemetry.
     """
 
     index: int
     num_running: int = 0
-    kv_used: int = 0
-    kv_total: int = UNBOUNDED_KV
+    kv_tokens_used: int = 0
+    kv_tokens_total: int = UNBOUNDED_KV
     max_running: int = 1
 
     @property
     def kv_fraction(self) -> float:
-        return self.kv_used / self.kv_total if self.kv_total > 0 else 1.0
+        return self.kv_tokens_used / self.kv_tokens_total if self.kv_tokens_total > 0 else 1.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

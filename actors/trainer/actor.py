@@ -5,44 +5,26 @@ weight version they must carry), `SaveCheckpoint`, `LoadCheckpoint`. A `TrainSte
 `GRPOTrainer.step` in a worker thread (an off-policy sample refuses the whole step before
 anything changes; the caller gets the error), publishes the new weights to every
 generator in bounded tensor buckets and the version to the scheduler, and answers with a
-`TrainReport`. Weights are loaded at start from `model_path` (the warm start) or made
-randomly from `model_seed`, exactly as the generators make theirs.
+`TrainReport`. The model is built from the `model` option by `build_model`, exactly as
+the generators build theirs.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import anyio
 import torch
 
 from actors.base import Actor, ActorContext, Handler
-from actors.generator.actor import GeneratorOptions
-from actors.model import LlamaModel, load_model
-from actors.publish import publish_weights
-from actors.trainer.batch import TrainSample
+from actors.model import build_model
 from actors.trainer.checkpoint import load_checkpoint, save_checkpoint
 from actors.trainer.core import GRPOTrainer
+from actors.trainer.options import TrainerOptions
+from actors.trainer.publish import publish_weights
+from actors.trainer.wire import train_sample
 from transport.messages import Ack, LoadCheckpoint, Message, SaveCheckpoint, TrainReport, TrainStep
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrainerOptions:
-    model: GeneratorOptions | None = None  # the same model options the generators use
-    lr: float = 1e-4
-    kl_coef: float = 0.0
-    clip_eps: float = 0.2
-    max_grad_norm: float = 1.0
-    micro_batch_size: int = 16
-    mini_batch_size: int | None = None  # None: one optimiser step per epoch
-    epochs: int = 1
-    pad_id: int = 0
-    num_generators: int = 2
-    bucket_bytes: int = 16 << 20
-    num_threads: int = 2
-    seed: int = 0
 
 
 class TrainerActor(Actor):
@@ -66,14 +48,9 @@ class TrainerActor(Actor):
 
     def _build(self) -> GRPOTrainer:
         torch.set_num_threads(self.opts.num_threads)
-        gen = self.opts.model or GeneratorOptions()
-        if gen.model_path:
-            model = load_model(gen.model_path)
-        else:
-            model = LlamaModel.random(gen.model_config(), seed=gen.model_seed)
         o = self.opts
         return GRPOTrainer(
-            model,
+            build_model(o.model),
             lr=o.lr,
             max_grad_norm=o.max_grad_norm,
             clip_eps=o.clip_eps,
@@ -92,17 +69,7 @@ class TrainerActor(Actor):
 
     async def handle_train_step(self, msg: TrainStep) -> TrainReport:
         trainer = self._core()
-        samples = [
-            TrainSample(
-                prompt_ids=s.prompt_ids,
-                completion_ids=s.completion_ids,
-                old_logprobs=s.old_logprobs,
-                reward=s.reward,
-                group_id=s.group_id,
-                weight_version=s.weight_version,
-            )
-            for s in msg.samples
-        ]
+        samples = [train_sample(s) for s in msg.samples]
         stats = await anyio.to_thread.run_sync(
             lambda: trainer.step(samples, expected_version=msg.expected_version)
         )
@@ -122,7 +89,7 @@ class TrainerActor(Actor):
             self.mailbox,
             trainer.state_dict(),
             trainer.version,
-            num_generators=self.opts.num_generators,
+            num_generators=self.num_peers("generator"),
             bucket_bytes=self.opts.bucket_bytes,
         )
 

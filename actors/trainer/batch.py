@@ -35,12 +35,12 @@ class TrainSample:
     old_logprobs: tuple[float, ...]  # one per completion token, from the rollout
     reward: float
     group_id: str
-    weight_version: int
+    weight_versions: tuple[int, ...]  # the version of each chunk that generated it
     request_id: str = ""  # for error messages only
 
     def __post_init__(self) -> None:
         # msgpack hands lists over: store tuples so samples stay hashable and concatenable
-        for name in ("prompt_ids", "completion_ids", "old_logprobs"):
+        for name in ("prompt_ids", "completion_ids", "old_logprobs", "weight_versions"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if not self.prompt_ids:
             raise ValueError(f"sample {self.name}: empty prompt (nothing to condition on)")

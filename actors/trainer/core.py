@@ -7,9 +7,10 @@ around it receives samples, calls ``step``, then publishes ``state_dict()`` as w
 
 Contract of ``step(samples, expected_version=v)``:
 
-- **On-policy is checked, not assumed.** The trainer's weights must be version ``v`` and every
-  sample must carry ``weight_version == v``; otherwise ``OffPolicyError`` names the first
-  offending request and *nothing* has changed (weights, optimiser, RNG, version).
+- **On-policy is checked, not assumed.** The trainer's weights must be version ``v`` and
+  every chunk of every sample must carry ``v`` (``weight_versions``); otherwise
+  ``OffPolicyError`` names the first offending request and *nothing* has changed (weights,
+  optimiser, RNG, version).
 - **Degenerate groups are skipped.** A group whose rewards are all equal has zero advantage,
   so with ``kl_coef == 0`` it contributes no gradient; its samples are dropped before the
   forward pass (they still count in ``reward_mean``/``reward_std``; ``num_skipped_groups``
@@ -104,10 +105,11 @@ class GRPOTrainer:
                 f"version {expected_version}"
             )
         for sample in samples:
-            if sample.weight_version != expected_version:
+            versions = set(sample.weight_versions)
+            if versions != {expected_version}:
                 raise OffPolicyError(
                     f"off-policy sample refused: request {sample.name} was generated with "
-                    f"weight version {sample.weight_version}, expected {expected_version}"
+                    f"weight versions {sorted(versions)}, expected only {expected_version}"
                 )
 
     def step(self, samples: Sequence[TrainSample], *, expected_version: int) -> dict[str, float]:

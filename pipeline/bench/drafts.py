@@ -40,13 +40,12 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from actors.drafts.store import PROMPT_TAIL_TOKENS
 from actors.drafts.suffix_tree import HAVE_COMPILED_CORE, SuffixTree
 from pipeline.bench.drafts_core import bench_core
-from pipeline.rl_config import RunConfig, generator_table, model_options, warm_model
+from pipeline.rl_config import RunConfig, generator_options, options_table, warm_model
 from pipeline.rollout.api import Rollout, rollout_config
 from pipeline.tasks import get_task
-from transport.messages import PromptSpec, SampleResult, SamplingSpec
+from transport.messages import PROMPT_TAIL_TOKENS, PromptSpec, SampleResult, SamplingSpec
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "none": {"spec": {"mode": "off"}},
@@ -180,7 +179,7 @@ def run(
     cfg = RunConfig()
     task = get_task(cfg.task)
     model_path = model or warm_model(cfg, task, lambda row: console.print(f"[dim]{row}[/]"))
-    gen = generator_table(model_options(cfg, task, model_path))
+    gen = options_table(generator_options(cfg, task, model_path))
     num_prompts = 32 if quick else 128
     repeats = repeats or (1 if quick else 4)
     task_prompts = task.sample_prompts(num_prompts, np.random.default_rng(20261129))
@@ -248,7 +247,7 @@ def _rollout_summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[st
             "mean_accept_len": statistics.median(m["mean_accept_len"] for m in ms),
             "makespan_s": statistics.median(m["makespan_s"] for m in ms),
             "tail_s": statistics.median(m["tail_s"] for m in ms),
-            "spec_accept_rate": statistics.median(m["spec_accept_rate"] for m in ms),
+            "accept_rate": statistics.median(m["accept_rate"] for m in ms),
             "runs": [
                 {k: m[k] for k in ("makespan_s", "throughput_tok_s", "mean_accept_len")} for m in ms
             ],

@@ -24,8 +24,8 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from actors.generator import ChunkRequest, Draft, EngineConfig, SamplingParams, TorchEngine
-from actors.generator.profile import StepProfile
+from actors.generator import ChunkRequest, Draft, SamplingParams
+from actors.generator.builtin import EngineConfig, StepProfile, TorchEngine
 from actors.model import LlamaModel, ModelConfig
 
 BENCH_MODEL = ModelConfig(

@@ -23,27 +23,30 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
-from actors.generator import ChunkRequest, SamplingParams
-from actors.generator.actor import GeneratorOptions, build_engine
+from actors.generator import ChunkRequest, GeneratorOptions, SamplingParams
+from actors.generator.builtin import build_torch_engine
+from pipeline.config import build_options
 from pipeline.rollout.api import Rollout, rollout_config
 from pipeline.rollout.metrics import compute_metrics
 from pipeline.rollout.plot import plot_timeline
-from pipeline.rollout.records import RolloutRecord
 from pipeline.rollout.trace import load_trace, save_trace
 from pipeline.rollout.workload import Workload, describe, make_workload, workload_from_trace
-from transport.messages import PromptSpec, SamplingSpec
+from transport.messages import PromptSpec, RolloutRecord, SamplingSpec
 
 POLICIES = ("baseline", "divided", "context_aware", "oracle")
 
 
 def bench_generator(quick: bool) -> dict[str, Any]:
-    return {
+    model = {
         "hidden": 128,
         "num_layers": 4,
         "num_heads": 4,
         "num_kv_heads": 4,
         "intermediate": 344,
         "max_context": 1024,
+    }
+    return {
+        "model": model,
         "max_batch": 16 if quick else 32,
         "kv_budget_tokens": 2048 if quick else 6144,
         "num_threads": 1,
@@ -52,7 +55,8 @@ def bench_generator(quick: bool) -> dict[str, Any]:
 
 def measure_costs(workload: Workload, gen: dict[str, Any]) -> dict[str, float]:
     """Per-token cost at a full batch, and the longest request's time alone, in-process."""
-    engine = build_engine(GeneratorOptions(**{**gen, "kv_budget_tokens": 1 << 20}))
+    opts = build_options(GeneratorOptions, {**gen, "kv_budget_tokens": 1 << 20}, "generator")
+    engine = build_torch_engine(opts)
     full = engine.config.max_batch
     greedy = SamplingParams(temperature=0.0, ignore_eos=True)
     longest = max(((n, p) for p in workload.prompts for n in p.target_lens), key=lambda x: x[0])
@@ -105,7 +109,7 @@ async def run_policies(
                     result = await rollout.generate_with_record(
                         prompts, workload.group_size, sampling, policy=name
                     )
-                record = RolloutRecord.from_dict(result.record)
+                record = result.record
                 records[name].append(record)
                 console.print(f"{name} #{r + 1}: {record.makespan_s:.2f} s")
     return records
@@ -170,8 +174,8 @@ def _table(summary: dict[str, Any]) -> Table:
             f"{summary['ratios'].get(name, float('nan')):.2f}x",
             f"{p['tail_s']:.2f}",
             f"{p['idle_fraction']:.0%}",
-            str(p["preemptions"]),
-            str(p["reprefill_tokens"]),
+            str(p["num_preemptions"]),
+            str(p["num_reprefilled_tokens"]),
             str(p["chunks_moved"]),
             f"{p['efficiency']:.2f}",
         )

@@ -1,9 +1,10 @@
 """The rollout: records of what happened, benchmark workloads, metrics, traces and plots.
 
-Records (`records`) are what the scheduler writes during a rollout; everything else here is
-a pure function of them: `metrics` computes makespan, throughput, tail, idle time and the
-lower-bound efficiency; `trace` saves and loads replayable traces; `plot` draws timelines;
-`workload` makes the long-tailed, group-correlated benchmark workload.
+The records (`transport.messages.RolloutRecord`) are what the scheduler writes during a
+rollout; everything here is a pure function of them: `metrics` computes makespan,
+throughput, tail, idle time and the lower-bound efficiency; `trace` saves and loads
+replayable traces; `plot` draws timelines; `workload` makes the long-tailed,
+group-correlated benchmark workload.
 """
 
 from pipeline.rollout.api import (
@@ -16,7 +17,6 @@ from pipeline.rollout.api import (
 )
 from pipeline.rollout.metrics import compute_metrics, save_metrics
 from pipeline.rollout.plot import plot_timeline
-from pipeline.rollout.records import ChunkRecord, InstanceCounters, RequestRecord, RolloutRecord
 from pipeline.rollout.trace import load_trace, save_trace
 from pipeline.rollout.workload import (
     Workload,
@@ -28,14 +28,10 @@ from pipeline.rollout.workload import (
 )
 
 __all__ = [
-    "ChunkRecord",
     "Group",
-    "InstanceCounters",
     "OffPolicyError",
-    "RequestRecord",
     "Rollout",
     "RolloutError",
-    "RolloutRecord",
     "RolloutResult",
     "Workload",
     "WorkloadPrompt",

@@ -7,30 +7,30 @@
 `Rollout(config)` launches the rollout actors (splitter, estimator, scheduler, generators)
 as local processes (`mode="local"`) or in this event loop (`mode="inprocess"`), and stops
 them on exit. `generate` returns one `Group` per prompt, each with `group_size` samples
-(token ids, logprobs, finish reason, weight version, timing), and refuses an off-policy
-sample: every sample must carry the version last published. `update_weights` sends the
-state dict to every generator in bounded buckets and publishes the version.
+(token ids, logprobs, finish reason, weight versions, timing), and refuses an off-policy
+sample: every chunk of every sample must carry the version last published.
+`update_weights` sends the state dict to every generator in bounded buckets and publishes
+the version.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
-from actors.drafts.policy import SpecConfig
-from actors.publish import publish_weights
+from actors.drafts.options import SpecConfig
+from actors.trainer.core import OffPolicyError as OffPolicyError  # raised by generate()
+from actors.trainer.publish import publish_weights
 from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfig
 from pipeline.launch import Cluster, launch_inprocess, launch_local
 from pipeline.rollout.metrics import compute_metrics, save_metrics
 from pipeline.rollout.plot import plot_timeline
-from pipeline.rollout.records import RolloutRecord
 from pipeline.rollout.trace import save_trace
 from transport.messages import (
     Message,
@@ -38,13 +38,10 @@ from transport.messages import (
     PromptSpec,
     RolloutFailed,
     RolloutFinished,
+    RolloutRecord,
     SampleResult,
     SamplingSpec,
 )
-
-
-class OffPolicyError(RuntimeError):
-    """A sample was generated with weights other than the published version."""
 
 
 class RolloutError(RuntimeError):
@@ -62,20 +59,17 @@ class RolloutResult:
     """The groups of one rollout and its record (chunks, requests, engine counters)."""
 
     groups: list[Group]
-    record: dict[str, Any] = field(default_factory=dict)
-
-    def rollout_record(self) -> RolloutRecord:
-        return RolloutRecord.from_dict(self.record)
+    record: RolloutRecord
 
     def metrics(self, per_token_s: float | None = None) -> dict[str, Any]:
         """Makespan, throughput, tail, idle time, moves, re-prefills, queueing delay."""
-        return compute_metrics(self.rollout_record(), per_token_s=per_token_s)
+        return compute_metrics(self.record, per_token_s=per_token_s)
 
     def save(self, folder: str | Path) -> dict[str, Path]:
         """Write metrics.json, timeline.png and trace.json (replayable) into `folder`."""
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
-        record = self.rollout_record()
+        record = self.record
         return {
             "metrics": save_metrics(self.metrics(), out / "metrics.json"),
             "timeline": plot_timeline({record.policy: record}, out / "timeline.png"),
@@ -100,7 +94,6 @@ def rollout_config(
     gen_opts = dict(generator or {})
     sched_opts = {
         "policy": policy,
-        "num_generators": num_generators,
         "chunk_size": chunk_size,
         "max_running_per_instance": gen_opts.get("max_batch", 32),
         **(scheduler or {}),
@@ -198,14 +191,18 @@ class Rollout:
                 raise RolloutError(msg.reason)
             if isinstance(msg, RolloutFinished) and msg.rollout_id == rollout_id:
                 break
-        return RolloutResult(self._groups(specs, msg.samples), json.loads(msg.record_json))
+        return RolloutResult(self._groups(specs, msg.samples), msg.record)
 
     def _groups(self, specs: Sequence[PromptSpec], samples: Sequence[SampleResult]) -> list[Group]:
-        stale = [s.request_id for s in samples if s.weight_version != self.weight_version]
+        """Samples by prompt; a sample with any chunk not of the published version (or one
+        that mixes versions) is refused."""
+        current = {self.weight_version}
+        stale = [s for s in samples if set(s.weight_versions) != current]
         if stale:
             raise OffPolicyError(
                 f"{len(stale)} samples not generated with weight version "
-                f"{self.weight_version} (e.g. {stale[0]})"
+                f"{self.weight_version} alone (e.g. {stale[0].request_id}: chunk versions "
+                f"{list(stale[0].weight_versions)})"
             )
         by_prompt: dict[str, list[SampleResult]] = {}
         for s in samples:

@@ -12,12 +12,13 @@ Definitions (all times in seconds since the rollout started):
   ``idle_fraction`` is their mean over all `num_instances` (an instance with no chunks is idle).
 - ``chunks_moved``: over each request's chunks in chunk_seq order, the number of consecutive
   pairs that ran on different instances.
-- ``reprefill_tokens``: sum over chunks (what the scheduler saw); ``engine_reprefill_tokens``,
-  ``preemptions``, ``recomputed_tokens``, ``drafted_tokens``, ``accepted_tokens``: sums of the
-  engine-side instance counters.
+- ``num_reprefilled_tokens``: sum over chunks (what the scheduler saw);
+  ``engine_num_reprefilled_tokens``, ``num_preemptions``, ``num_recomputed_tokens``: sums of
+  the engine-side instance counters.
 - ``mean_accept_len``: tokens emitted per verify (decode) step, bonus token included (1.0
-  without speculation); ``spec_drafted_tokens`` / ``spec_accepted_tokens``: draft nodes
-  offered and accepted, from the chunks; ``spec_accept_rate`` = accepted / drafted.
+  without speculation) over ``num_spec_steps``; ``num_draft_tokens`` /
+  ``num_accepted_tokens``: draft nodes offered and accepted, from the chunks;
+  ``accept_rate`` = accepted / drafted.
 - ``queueing_delay_s``: mean and p90 of chunk start_s - dispatched_s (``chunk_*``), and of a
   request's first chunk start_s - its arrival_s (``first_chunk_*``).
 - ``lower_bound_s`` = max(output_tokens * per_token_s / num_instances,
@@ -40,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.rollout.records import ChunkRecord, RolloutRecord
+from transport.messages import ChunkRecord, RolloutRecord
 
 Interval = tuple[float, float]
 
@@ -71,12 +72,10 @@ def compute_metrics(record: RolloutRecord, *, per_token_s: float | None = None) 
         "idle_fraction_per_instance": idle,
         "busy_timeline": [[[s, e] for s, e in lane] for lane in timeline],
         "chunks_moved": chunks_moved(record.chunks),
-        "reprefill_tokens": sum(c.reprefill_tokens for c in record.chunks),
-        "engine_reprefill_tokens": sum(c.reprefill_tokens for c in counters),
-        "preemptions": sum(c.preemptions for c in counters),
-        "recomputed_tokens": sum(c.recomputed_tokens for c in counters),
-        "drafted_tokens": sum(c.drafted_tokens for c in counters),
-        "accepted_tokens": sum(c.accepted_tokens for c in counters),
+        "num_reprefilled_tokens": sum(c.num_reprefilled_tokens for c in record.chunks),
+        "engine_num_reprefilled_tokens": sum(c.num_reprefilled_tokens for c in counters),
+        "num_preemptions": sum(c.num_preemptions for c in counters),
+        "num_recomputed_tokens": sum(c.num_recomputed_tokens for c in counters),
         **speculation_metrics(record.chunks),
         "queueing_delay_s": queueing_delays(record),
         "per_token_s": cost,
@@ -89,15 +88,15 @@ def compute_metrics(record: RolloutRecord, *, per_token_s: float | None = None) 
 def speculation_metrics(chunks: Sequence[ChunkRecord]) -> dict[str, float]:
     """Mean acceptance length (tokens per verify step, bonus token included: 1.0 without
     speculation), draft nodes offered and accepted, and the acceptance rate."""
-    steps = sum(c.spec_steps for c in chunks)
-    drafted = sum(c.spec_drafted for c in chunks)
-    accepted = sum(c.spec_accepted for c in chunks)
+    steps = sum(c.spec.num_steps for c in chunks)
+    drafted = sum(c.spec.num_draft_tokens for c in chunks)
+    accepted = sum(c.spec.num_accepted_tokens for c in chunks)
     return {
-        "spec_steps": steps,
-        "mean_accept_len": sum(c.spec_tokens for c in chunks) / steps if steps else 0.0,
-        "spec_drafted_tokens": drafted,
-        "spec_accepted_tokens": accepted,
-        "spec_accept_rate": accepted / drafted if drafted else 0.0,
+        "num_spec_steps": steps,
+        "mean_accept_len": sum(c.spec.num_tokens for c in chunks) / steps if steps else 0.0,
+        "num_draft_tokens": drafted,
+        "num_accepted_tokens": accepted,
+        "accept_rate": accepted / drafted if drafted else 0.0,
     }
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.rollout.metrics import tail_window
-from pipeline.rollout.records import ChunkRecord, RolloutRecord
+from transport.messages import ChunkRecord, RolloutRecord
 
 
 def plot_timeline(

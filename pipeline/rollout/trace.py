@@ -1,15 +1,16 @@
-"""Rollout traces: a JSON file a simulator can replay, and its checked loader.
+"""Rollout traces: a JSON file of what a rollout did (to replay), and its checked loader.
 
 Format (``version`` = `TRACE_VERSION`)::
 
-    {"version": 1, "policy": str, "num_instances": int, "makespan_s": float,
-     "instances": [{"instance", "preemptions", "recomputed_tokens", "reprefill_tokens",
-                    "drafted_tokens", "accepted_tokens"}, ...],
+    {"version": 2, "policy": str, "num_instances": int, "makespan_s": float,
+     "instances": [{"instance", "num_preemptions", "num_recomputed_tokens",
+                    "num_reprefilled_tokens", "num_draft_tokens", "num_accepted_tokens"}, ...],
      "requests": [{"request_id", "group_id", "prompt_id", "is_probe", "prompt_len",
                    "output_len", "arrival_s", "finish_s", "finish_reason",
                    "chunks": [{"chunk_seq", "instance", "dispatched_s", "start_s", "end_s",
-                               "num_new_tokens", "generated_before", "reprefill_tokens",
-                               "finish_reason"}, ...]}, ...]}
+                               "num_new_tokens", "generated_before",
+                               "num_reprefilled_tokens", "finish_reason",
+                               "weight_version"}, ...]}, ...]}
 
 Chunks sit under their request (they share its request_id, group_id and prompt_len).
 `load_trace` checks types, ranges (non-negative counts and times, dispatched <= start <= end,
@@ -26,7 +27,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pipeline.rollout.records import (
+from transport.messages import (
     FINISH_REASONS,
     ChunkRecord,
     InstanceCounters,
@@ -34,7 +35,7 @@ from pipeline.rollout.records import (
     RolloutRecord,
 )
 
-TRACE_VERSION = 1
+TRACE_VERSION = 2  # 2: counters named num_*, chunks carry their weight version
 _REQUEST_FIELDS: dict[str, type] = {
     "request_id": str,
     "group_id": str,
@@ -54,16 +55,17 @@ _CHUNK_FIELDS: dict[str, type] = {
     "end_s": float,
     "num_new_tokens": int,
     "generated_before": int,
-    "reprefill_tokens": int,
+    "num_reprefilled_tokens": int,
     "finish_reason": str,
+    "weight_version": int,
 }
 _COUNTER_FIELDS: dict[str, type] = {
     "instance": int,
-    "preemptions": int,
-    "recomputed_tokens": int,
-    "reprefill_tokens": int,
-    "drafted_tokens": int,
-    "accepted_tokens": int,
+    "num_preemptions": int,
+    "num_recomputed_tokens": int,
+    "num_reprefilled_tokens": int,
+    "num_draft_tokens": int,
+    "num_accepted_tokens": int,
 }
 
 

@@ -16,7 +16,8 @@ Contract:
 - Everything is a pure function of the arguments (`seed` included): same arguments, same
   workload. Prompt tokens are uniform in [0, vocab_size).
 - `workload_from_trace` replays a recorded rollout's groups, prompt lengths and output lengths
-  with synthetic prompt tokens; it does not replay timing (that is the simulator's job).
+  with synthetic prompt tokens; it does not replay timing (a simulator's job; none is built
+  yet).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.rollout.records import RequestRecord, RolloutRecord
+from transport.messages import RequestRecord, RolloutRecord
 
 GROUP_SIGMA = 1.2  # spread of group base lengths (log space): the long tail
 SAMPLE_SIGMA = 0.12  # spread of samples around their group's base: the within-group correlation

@@ -35,7 +35,8 @@ import structlog
 import torch
 import torch.nn.functional as F
 
-from actors.generator import ChunkRequest, EngineConfig, SamplingParams, TorchEngine
+from actors.generator import ChunkRequest, SamplingParams
+from actors.generator.builtin import EngineConfig, TorchEngine
 from actors.model import LlamaModel, ModelConfig, save_model
 from pipeline.tasks.base import Task
 

@@ -12,10 +12,9 @@ from actors.generator import (
     ChunkRequest,
     ChunkResult,
     Draft,
-    EngineConfig,
     SamplingParams,
-    TorchEngine,
 )
+from actors.generator.builtin import EngineConfig, TorchEngine
 from actors.model import LlamaModel, ModelConfig
 
 TINY = ModelConfig(

@@ -11,7 +11,7 @@ from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfi
 from pipeline.launch import launch_inprocess
 from tests.actors.toys import Doubler
 from transport.errors import RemoteError
-from transport.messages import ActorStats, GetStats, Ping, Pong, Stop, TensorBlob, WorkBatch
+from transport.messages import ActorStats, GetLoad, GetStats, Ping, Pong, Stop, TensorBlob
 
 pytestmark = pytest.mark.anyio
 
@@ -42,9 +42,7 @@ async def test_a_failing_handler_is_logged_and_the_actor_keeps_serving(tmp_path:
             with pytest.raises(RemoteError, match="ValueError: asked to fail"):
                 await cluster.call("doubler", 0, TensorBlob(name="boom", tensor=torch.ones(1)))
             with pytest.raises(RemoteError, match="Unhandled"):
-                await cluster.call(
-                    "doubler", 0, WorkBatch(batch_id=0, matrices=torch.ones(1), num_shards=1)
-                )
+                await cluster.call("doubler", 0, GetLoad())
         assert await cluster.call("doubler", 0, Ping(seq=1)) == Pong(seq=1)
         stats = await cluster.call("doubler", 0, GetStats())
         assert isinstance(stats, ActorStats)

@@ -12,8 +12,8 @@ from actors.drafts.policy import (
     MarginalBenefitPolicy,
     SpecConfig,
 )
-from actors.drafts.speculator import node_outcomes
-from actors.generator.drafts import Draft
+from actors.generator.engine import Draft
+from actors.generator.speculator import node_outcomes
 
 
 def flat(batch: int, g: int) -> float:

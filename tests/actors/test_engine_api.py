@@ -8,12 +8,11 @@ import pytest
 from actors.generator import (
     ChunkRequest,
     Engine,
-    EngineConfig,
     InvalidRequestError,
     SamplingParams,
-    StepProfile,
     error_result,
 )
+from actors.generator.builtin import EngineConfig, StepProfile
 from tests.actors.engine_util import drive, greedy_request, make_engine
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.generator import ChunkRequest, EngineBusyError, SamplingParams, UnknownRequestError
+from actors.generator import ChunkRequest, EngineBusyError, RequestNotInEngineError, SamplingParams
 from actors.model import LlamaModel, save_model
 from tests.actors.engine_util import (
     TINY,
@@ -102,7 +102,7 @@ def test_abort_running_waiting_and_parked() -> None:
     assert waiting is not None and waiting.token_ids == ()
     drive(engine, [greedy_request("park", PROMPT, 3)])
     assert engine.abort("park") is None and engine.load().num_parked == 0
-    with pytest.raises(UnknownRequestError, match="no request 'ghost'"):
+    with pytest.raises(RequestNotInEngineError, match="no request 'ghost'"):
         engine.abort("ghost")
     assert engine.load().kv_tokens_used == 0
     assert len(drive(engine, [greedy_request("next", PROMPT, 3)]).tokens("next")) == 3

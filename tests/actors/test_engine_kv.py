@@ -16,9 +16,9 @@ from actors.generator import (
     DuplicateRequestError,
     EngineError,
     InvalidRequestError,
+    RequestNotInEngineError,
     SamplingParams,
     TokenOutOfVocabError,
-    UnknownRequestError,
     WeightVersionError,
 )
 from tests.actors.engine_util import drive, greedy_request, make_engine
@@ -113,7 +113,7 @@ def test_context_over_kv_budget_duplicate_and_unknown_ids() -> None:
     engine.add(greedy_request("dup", [1], 4))
     with pytest.raises(DuplicateRequestError):
         engine.add(greedy_request("dup", [1], 4))
-    with pytest.raises(UnknownRequestError):
+    with pytest.raises(RequestNotInEngineError):
         engine.abort("nobody")
     assert not engine.release("nobody")
     assert len(drive(engine, []).tokens("dup")) == 4

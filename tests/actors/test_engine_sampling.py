@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from actors.generator import ChunkRequest, Draft, SamplingParams
-from actors.generator.sampler import SamplingBatch, sampling_probs
+from actors.generator.builtin.sampler import SamplingBatch, sampling_probs
 from actors.model import LlamaModel, ModelConfig
 from tests.actors.engine_util import DraftFn, drive, make_engine
 

@@ -9,9 +9,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from actors.generator.drafts import Draft, validate_draft
-from actors.generator.kv_cache import KVCache
-from actors.generator.runner import ModelRunner, Segment
+from actors.generator.builtin.draft_tree import validate_draft
+from actors.generator.builtin.kv_cache import KVCache
+from actors.generator.builtin.runner import ModelRunner, Segment
+from actors.generator.engine import Draft
 from actors.model import (
     ByteTokenizer,
     LlamaModel,

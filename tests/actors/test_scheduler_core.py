@@ -69,7 +69,9 @@ def test_last_chunk_is_clipped_to_the_generation_limit() -> None:
 def test_working_set_admission_reserves_kv_for_growth() -> None:
     core = core_for("divided", num_instances=1, max_running_per_instance=8)
     core.growth_reserve = 16
-    core.update_load(InstanceLoad(index=0, num_running=0, kv_used=0, kv_total=100, max_running=8))
+    core.update_load(
+        InstanceLoad(index=0, num_running=0, kv_tokens_used=0, kv_tokens_total=100, max_running=8)
+    )
     core.add(group("g0", 4, 0), now=0.0)  # prompts of 8, chunks of 16 reserved per member
     # members k: 8k contexts + 16k reserve <= 90  ->  k = 3
     assert len(core.next_dispatches(0.0)) == 3
@@ -82,14 +84,18 @@ def test_working_set_admission_reserves_kv_for_growth() -> None:
 
 def test_an_empty_working_set_takes_one_request_whatever_its_size() -> None:
     core = core_for("divided", num_instances=1, max_running_per_instance=8)
-    core.update_load(InstanceLoad(index=0, num_running=0, kv_used=95, kv_total=10, max_running=8))
+    core.update_load(
+        InstanceLoad(index=0, num_running=0, kv_tokens_used=95, kv_tokens_total=10, max_running=8)
+    )
     core.add(group("g0", 2, 0), now=0.0)
     assert len(core.next_dispatches(0.0)) == 1  # no stall; one at a time
 
 
 def test_baseline_pins_groups_and_runs_to_completion_unbounded() -> None:
     core = core_for("baseline", max_running_per_instance=1)
-    core.update_load(InstanceLoad(index=0, num_running=0, kv_used=99, kv_total=100, max_running=1))
+    core.update_load(
+        InstanceLoad(index=0, num_running=0, kv_tokens_used=99, kv_tokens_total=100, max_running=1)
+    )
     core.add(group("g0", 3, 0) + group("g1", 3, 3) + group("g2", 2, 6), now=0.0)
     ds = core.next_dispatches(0.0)
     assert len(ds) == 8  # every request at once: the engine queues and preempts
@@ -145,7 +151,9 @@ def test_requeue_instance() -> None:
     old = next(d for d in ds if d.instance == 1)
     assert core.on_chunk_finished(old.request_id, 1, old.chunk_seq, 16, False, 1.0) == "stale"
     assert core.next_dispatches(1.0) == []  # instance 0 full, instance 1 down
-    core.update_load(InstanceLoad(index=1, num_running=0, kv_used=0, kv_total=999, max_running=2))
+    core.update_load(
+        InstanceLoad(index=1, num_running=0, kv_tokens_used=0, kv_tokens_total=999, max_running=2)
+    )
     assert sorted(d.request_id for d in core.next_dispatches(1.0)) == on_1
 
 
@@ -268,7 +276,13 @@ def test_random_runs_respect_capacity_and_finish(
             i, total = data.draw(st.integers(0, num_instances - 1)), data.draw(st.integers(1, 500))
             used = data.draw(st.integers(0, total))
             core.update_load(
-                InstanceLoad(index=i, num_running=0, kv_used=used, kv_total=total, max_running=4)
+                InstanceLoad(
+                    index=i,
+                    num_running=0,
+                    kv_tokens_used=used,
+                    kv_tokens_total=total,
+                    max_running=4,
+                )
             )
         elif op == "kill":
             sim.kill(data.draw(st.integers(0, num_instances - 1)))

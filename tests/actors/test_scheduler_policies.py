@@ -138,9 +138,15 @@ def test_make_policy() -> None:
         make_policy("oracle", num_instances=2, max_new_tokens=8)
 
 
-def load(index: int, running: int, kv_used: int = 0, kv_total: int = 1000) -> ProjectedLoad:
+def load(
+    index: int, running: int, kv_tokens_used: int = 0, kv_tokens_total: int = 1000
+) -> ProjectedLoad:
     return ProjectedLoad(
-        index=index, num_running=running, kv_used=kv_used, kv_total=kv_total, max_running=8
+        index=index,
+        num_running=running,
+        kv_tokens_used=kv_tokens_used,
+        kv_tokens_total=kv_tokens_total,
+        max_running=8,
     )
 
 
@@ -157,7 +163,7 @@ def test_placement_waits_for_a_full_kv_instance_unless_the_spread_is_passed() ->
     loads = [load(0, 2), load(1, 8)]  # instance 1 has no free slot
     assert select_instance(r, loads, affinity_spread=100) is None  # wait: no re-prefill
     assert select_instance(r, loads, affinity_spread=4) == 0  # imbalance: move
-    loads = [load(0, 2), load(1, 2, kv_used=950)]  # instance 1's KV is full
+    loads = [load(0, 2), load(1, 2, kv_tokens_used=950)]  # instance 1's KV is full
     assert (
         select_instance(r, loads, affinity_spread=100, kv_need=100, kv_high_watermark=0.9) is None
     )
@@ -165,24 +171,28 @@ def test_placement_waits_for_a_full_kv_instance_unless_the_spread_is_passed() ->
 
 
 def test_placement_least_loaded_tie_breaks() -> None:
-    loads = [load(0, 2, kv_used=500), load(1, 2, kv_used=100), load(2, 2, kv_used=100)]
+    loads = [
+        load(0, 2, kv_tokens_used=500),
+        load(1, 2, kv_tokens_used=100),
+        load(2, 2, kv_tokens_used=100),
+    ]
     assert select_instance(req("a"), loads, affinity_spread=0) == 1  # lower KV, lower index
-    loads = [load(0, 3, kv_used=0), load(1, 2, kv_used=900)]
+    loads = [load(0, 3, kv_tokens_used=0), load(1, 2, kv_tokens_used=900)]
     assert select_instance(req("a"), loads, affinity_spread=0) == 1  # in-flight count first
 
 
 def test_placement_none_without_capacity_idle_always_fits() -> None:
-    full = [load(0, 8), load(1, 1, kv_used=900)]
+    full = [load(0, 8), load(1, 1, kv_tokens_used=900)]
     assert select_instance(req("a"), full, 4, kv_need=200, kv_high_watermark=0.9) is None
-    idle = [load(0, 0, kv_used=990)]  # parked KV only: an idle instance always takes one
+    idle = [load(0, 0, kv_tokens_used=990)]  # parked KV only: an idle instance always takes one
     assert select_instance(req("a"), idle, 4, kv_need=5000, kv_high_watermark=0.9) == 0
     assert select_instance(req("a"), full, 4, check_capacity=False) == 1
 
 
 def test_placement_accepts_telemetry() -> None:
     loads = [
-        InstanceLoad(index=0, num_running=4, kv_used=10, kv_total=100, max_running=4),
-        InstanceLoad(index=1, num_running=3, kv_used=10, kv_total=100, max_running=4),
+        InstanceLoad(index=0, num_running=4, kv_tokens_used=10, kv_tokens_total=100, max_running=4),
+        InstanceLoad(index=1, num_running=3, kv_tokens_used=10, kv_tokens_total=100, max_running=4),
     ]
     assert select_instance(req("a", kv_instance=0), loads, affinity_spread=4) is None
     assert select_instance(req("a", kv_instance=0), loads, affinity_spread=0) == 1

@@ -3,6 +3,7 @@ micro-batching, degenerate groups, checkpoints that resume bit for bit."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
@@ -57,7 +58,7 @@ def group(
             old_logprobs=tuple(completion_logprobs(m, PROMPT, comp)),
             reward=r,
             group_id=group_id,
-            weight_version=version,
+            weight_versions=(version,),
             request_id=f"{group_id}-{i}",
         )
         for i, (comp, r) in enumerate(zip(COMPLETIONS, rewards, strict=True))
@@ -76,10 +77,10 @@ def assert_weights_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor])
 
 def test_make_batch_aligns_targets_with_completion() -> None:
     samples = [
-        TrainSample((5, 6), (7, 8, 9), (-0.1, -0.2, -0.3), 1.0, "a", 0),
-        TrainSample((4,), (10,), (-0.5,), 0.0, "b", 0),
-        TrainSample((4,), (11,), (-0.6,), 0.0, "a", 0),
-        TrainSample((4,), (12,), (-0.7,), 1.0, "b", 0),
+        TrainSample((5, 6), (7, 8, 9), (-0.1, -0.2, -0.3), 1.0, "a", (0,)),
+        TrainSample((4,), (10,), (-0.5,), 0.0, "b", (0,)),
+        TrainSample((4,), (11,), (-0.6,), 0.0, "a", (0,)),
+        TrainSample((4,), (12,), (-0.7,), 1.0, "b", (0,)),
     ]
     b = make_batch(samples, pad_id=0)
     assert b.input_ids[0].tolist() == [5, 6, 7, 8]
@@ -131,6 +132,9 @@ def test_off_policy_sample_refused_before_anything_changes() -> None:
         trainer.step(samples + stale, expected_version=0)
     with pytest.raises(OffPolicyError, match="trainer holds weight version 0"):
         trainer.step(group(m, version=1), expected_version=1)
+    mixed = [dataclasses.replace(samples[0], weight_versions=(0, 1, 0)), *samples[1:]]
+    with pytest.raises(OffPolicyError, match=r"g-0 .*versions \[0, 1\]"):
+        trainer.step(mixed, expected_version=0)  # a sample whose chunks mix policies
     assert_weights_equal(before, weights(m))
     assert trainer.version == 0 and not trainer.optimizer.state
     assert torch.equal(rng, trainer.generator.get_state())

@@ -67,7 +67,7 @@ class DuplicatingGenerator(GeneratorActor):
             weight_version=0,
             start_time=0.0,
             end_time=0.0,
-            cached_tokens=0,
+            num_cached_tokens=0,
             load=self.load_info(),
         )
         await self.send_to("scheduler", 0, bogus)

@@ -49,7 +49,7 @@ def test_rollout_summary_reports_medians_and_ratios() -> None:
             "mean_accept_len": a,
             "makespan_s": 1000 / t,
             "tail_s": 0.1,
-            "spec_accept_rate": 0.0,
+            "accept_rate": 0.0,
         }
 
     runs = {

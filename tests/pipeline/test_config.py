@@ -14,8 +14,8 @@ from pipeline.config import (
     load_config,
     save_config,
 )
-from pipeline.demo import demo_config
 from pipeline.registry import validate_topology
+from pipeline.rollout.api import rollout_config
 
 GOOD = """
 run_id = "exp1"
@@ -26,14 +26,15 @@ scheme = "ipc"
 run_dir = "/tmp/seer-test"
 
 [[topology.actors]]
-role = "dispatcher"
-kind = "demo.dispatcher"
-options = { num_workers = 3 }
+role = "scheduler"
+kind = "scheduler"
+options = { policy = "baseline", chunk_size = 64 }
 
 [[topology.actors]]
 role = "worker"
-kind = "demo.worker"
+kind = "generator"
 count = 3
+options = { max_batch = 8, model = { hidden = 64, max_context = 256 }, spec = { mode = "off" } }
 """
 
 
@@ -50,7 +51,7 @@ def test_toml_maps_onto_the_dataclasses(tmp_path: Path) -> None:
 
 
 def test_addresses_per_scheme() -> None:
-    topo = demo_config().topology
+    topo = rollout_config().topology
     tcp = PipelineConfig(
         topology=topo, run_id="r", transport=TransportConfig(scheme="tcp", allow_insecure_tcp=True)
     )
@@ -70,7 +71,7 @@ def test_addresses_per_scheme() -> None:
             "unknown keys ['schema']",
         ),
         (
-            "[topology]\nactors = [{role = 'w', kind = 'demo.worker', count = 0}]\n",
+            "[topology]\nactors = [{role = 'w', kind = 'generator', count = 0}]\n",
             "count must be >= 1",
         ),
         ("heartbeat_s = 'fast'\n[topology]\nactors = []\n", "heartbeat_s: expected float"),
@@ -96,11 +97,35 @@ def test_missing_file_and_bad_actor_kinds(tmp_path: Path) -> None:
         validate_topology(bad_kind)
     bad_option = PipelineConfig(
         topology=Topology(
-            actors=(ActorGroup(role="d", kind="demo.dispatcher", options={"workers": 2}),)
+            actors=(ActorGroup(role="d", kind="scheduler", options={"workers": 2}),)
         )
     )
     with pytest.raises(ConfigError, match=r"options: unknown keys \['workers'\]"):
         validate_topology(bad_option)
     with pytest.raises(ConfigError, match="duplicate actor roles"):
-        Topology(actors=(ActorGroup(role="a", kind="demo.worker"),) * 2)
-    assert "[[topology.actors]]" in config_to_toml(demo_config())
+        Topology(actors=(ActorGroup(role="a", kind="generator"),) * 2)
+    assert "[[topology.actors]]" in config_to_toml(rollout_config())
+
+
+@pytest.mark.parametrize(
+    ("kind", "options", "needle"),
+    [
+        ("generator", {"max_batch": 0}, "GeneratorOptions.max_batch must be > 0, got 0"),
+        ("generator", {"backend": "vllm"}, "GeneratorOptions.backend must be one of ['builtin']"),
+        ("generator", {"model": {"hidden": 30}}, "hidden (30) must be divisible by num_heads"),
+        ("generator", {"spec": {"mode": "both"}}, "'both' is not one of"),
+        ("scheduler", {"policy": "fastest"}, "SchedulerOptions.policy must be one of"),
+        ("scheduler", {"kv_high_watermark": 1.5}, "kv_high_watermark must be in (0, 1]"),
+        ("trainer", {"lr": 0.0}, "TrainerOptions.lr must be > 0"),
+        ("drafts", {"max_depth": 0}, "DraftStoreOptions.max_depth must be > 0"),
+    ],
+)
+def test_bad_options_fail_in_the_launching_process_naming_the_key(
+    kind: str, options: dict[str, object], needle: str
+) -> None:
+    config = PipelineConfig(
+        topology=Topology(actors=(ActorGroup(role="x", kind=kind, options=options),))
+    )
+    with pytest.raises(ConfigError) as info:
+        validate_topology(config)
+    assert "topology.actors.x.options" in str(info.value) and needle in str(info.value)

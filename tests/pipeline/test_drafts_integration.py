@@ -10,11 +10,11 @@ from typing import Any
 import anyio
 import pytest
 
-from actors.drafts.policy import SpecConfig
-from actors.drafts.speculator import Speculator
-from actors.generator import ChunkRequest, EngineConfig, SamplingParams, TorchEngine
-from actors.generator.actor import GeneratorOptions
-from actors.model import LlamaModel
+from actors.drafts.options import SpecConfig
+from actors.generator import ChunkRequest, SamplingParams
+from actors.generator.builtin import EngineConfig, TorchEngine
+from actors.generator.speculator import Speculator
+from actors.model import LlamaModel, ModelOptions
 from pipeline.rollout.api import Rollout, rollout_config
 from tests.pipeline.tiny import TINY_GENERATOR
 from transport.messages import ActorStats, GetStats, PromptSpec, SamplingSpec
@@ -49,12 +49,12 @@ async def test_speculation_never_changes_a_sample(tmp_path: Path, temperature: f
         name: await _samples(tmp_path, variant, sampling) for name, variant in VARIANTS.items()
     }
     reference, off = results["off"]
-    assert off["spec_drafted_tokens"] == 0 and off["mean_accept_len"] == 1.0
+    assert off["num_draft_tokens"] == 0 and off["mean_accept_len"] == 1.0
     for name in ("self", "group_fixed", "group"):
         samples, metrics = results[name]
         assert samples == reference, name
         if temperature == 0.0:  # greedy text of a random model repeats: drafts must land
-            assert metrics["spec_accepted_tokens"] > 0, name
+            assert metrics["num_accepted_tokens"] > 0, name
             assert metrics["mean_accept_len"] > (1.0 if name == "group" else 1.2), name
 
 
@@ -73,15 +73,14 @@ async def test_a_dead_draft_store_costs_drafts_not_samples(tmp_path: Path) -> No
             result = await rollout.generate_with_record(PROMPTS, 4, sampling)
         stats = [await cluster.call("generator", i, GetStats()) for i in (0, 1)]
     assert [s.token_ids for g in result.groups for s in g.samples] == reference
-    failures = [s.counters["store_failures"] for s in stats if isinstance(s, ActorStats)]
+    failures = [s.counters["num_store_failures"] for s in stats if isinstance(s, ActorStats)]
     assert len(failures) == 2 and sum(failures) >= 1, failures  # it did try, and went on
 
 
 def test_speculator_around_an_engine_matches_plain_decoding() -> None:
     """In one process: an engine stepped with the speculator's drafts (grouped, adaptive,
     siblings sharing one tree) emits exactly what plain decoding emits, sampled or greedy."""
-    opts = GeneratorOptions(**TINY)
-    model = LlamaModel.random(opts.model_config(), seed=0)
+    model = LlamaModel.random(ModelOptions(**TINY["model"]).config(), seed=0)
     cfg = EngineConfig(max_batch=8, profile=False, num_threads=1)
     prompt = tuple(range(5, 14))
 
@@ -104,4 +103,4 @@ def test_speculator_around_an_engine_matches_plain_decoding() -> None:
 
     spec = Speculator(SpecConfig(mode="group"), lambda b, g: 1.0)  # drafting always pays
     assert run(spec) == run(None)
-    assert spec.totals["accepted"] > 0 and spec.mean_accept_len > 1.0
+    assert spec.totals["num_accepted_tokens"] > 0 and spec.mean_accept_len > 1.0

@@ -15,8 +15,8 @@ import zmq
 import zmq.asyncio
 from rich.console import Console
 
+from examples.demo.run import demo_config, run_demo
 from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfig
-from pipeline.demo import demo_config, run_demo
 from pipeline.launch import LaunchError, launch_local
 from transport.messages import ActorStats, GetStats, Ping, Pong
 
@@ -119,7 +119,7 @@ PARENT = textwrap.dedent(
     """
     import sys, anyio
     from pipeline.config import PipelineConfig, TransportConfig
-    from pipeline.demo import demo_config
+    from examples.demo.run import demo_config
     from pipeline.launch import launch_local
     from pipeline.logs import configure_logging
     configure_logging("warning")  # logs to stderr; stdout carries only the pids
@@ -151,7 +151,7 @@ def test_no_orphans_when_the_launcher_is_killed(tmp_path: Path) -> None:
 
 def test_seer_actor_by_hand_refuses_a_bad_config(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
-    bad.write_text("[topology]\nactors = [{ role = 'w', kind = 'demo.worker', count = 'two' }]\n")
+    bad.write_text("[topology]\nactors = [{ role = 'w', kind = 'generator', count = 'two' }]\n")
     out = subprocess.run(
         [sys.executable, "-m", "pipeline.cli", "actor", "--config", str(bad), "--role", "w"],
         capture_output=True,

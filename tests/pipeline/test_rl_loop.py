@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 import tests.pipeline.toytask  # noqa: F401  (registers the say7 task)
-from actors.generator.actor import GeneratorOptions
+from actors.generator import GeneratorOptions
+from actors.model import ModelOptions
 from pipeline.report import load_rows
 from pipeline.rl_config import RunConfig
 from pipeline.run import train
@@ -14,12 +15,9 @@ from pipeline.run import train
 pytestmark = pytest.mark.anyio
 
 TINY = GeneratorOptions(
-    hidden=32,
-    num_layers=1,
-    num_heads=2,
-    num_kv_heads=1,
-    intermediate=64,
-    max_context=64,
+    model=ModelOptions(
+        hidden=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate=64, max_context=64
+    ),
     max_batch=16,
     kv_budget_tokens=4096,
 )
@@ -32,7 +30,7 @@ def toy_config(tmp_path: Path, **kw: object) -> RunConfig:
         prompts_per_iteration=4,
         group_size=4,
         max_new_tokens=6,
-        model=TINY,
+        generator=TINY,
         warm_start_s=0,
         lr=3e-2,
         seed=3,

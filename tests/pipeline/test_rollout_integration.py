@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 import torch
 
-from actors.generator import ChunkRequest, EngineConfig, SamplingParams, TorchEngine
-from actors.generator.actor import GeneratorOptions
-from actors.model import LlamaModel
+from actors.generator import ChunkRequest, SamplingParams
+from actors.generator.builtin import EngineConfig, TorchEngine
+from actors.model import LlamaModel, ModelOptions
 from pipeline.config import PipelineConfig
 from pipeline.rollout.api import OffPolicyError, Rollout, rollout_config
 from tests.pipeline.tiny import TINY_GENERATOR
@@ -22,9 +22,8 @@ TINY: dict[str, Any] = {**TINY_GENERATOR, "kv_budget_tokens": 2048}
 
 def _reference(prompt: tuple[int, ...], n: int) -> tuple[int, ...]:
     """Greedy tokens from one engine in this process, no chunks."""
-    opts = GeneratorOptions(**TINY)
     engine = TorchEngine(
-        LlamaModel.random(opts.model_config(), seed=0),
+        LlamaModel.random(ModelOptions(**TINY["model"]).config(), seed=0),
         EngineConfig(max_batch=8, profile=False, num_threads=1),
     )
     engine.add(
@@ -66,11 +65,11 @@ async def test_every_sample_once_and_greedy_equals_a_single_engine(
     saved = result.save(tmp_path / "out")
     assert saved["timeline"].stat().st_size > 1000 and saved["trace"].exists()
     assert result.metrics()["output_tokens"] == 3 * (12 + 20 + 7 + 30)
-    chunks = result.record["chunks"]
+    chunks = result.record.chunks
     if policy == "baseline":
-        assert all(c["generated_before"] == 0 for c in chunks)  # run to completion
+        assert all(c.generated_before == 0 for c in chunks)  # run to completion
     else:
-        assert max(c["num_new_tokens"] for c in chunks) <= 8  # divided into chunks
+        assert max(c.num_new_tokens for c in chunks) <= 8  # divided into chunks
 
 
 async def test_weights_update_and_off_policy_refusal(tmp_path: Path) -> None:
@@ -78,10 +77,10 @@ async def test_weights_update_and_off_policy_refusal(tmp_path: Path) -> None:
     sampling = SamplingSpec(temperature=0.0, ignore_eos=True, max_new_tokens=6)
     async with Rollout(config, mode="inprocess") as rollout:
         before = await rollout.generate([[5, 6, 7]], group_size=2, sampling=sampling)
-        model = LlamaModel.random(GeneratorOptions(**TINY).model_config(), seed=1)
+        model = LlamaModel.random(ModelOptions(**TINY["model"]).config(), seed=1)
         await rollout.update_weights(model.state_dict(), version=3)
         after = await rollout.generate([[5, 6, 7]], group_size=2, sampling=sampling)
-        assert {s.weight_version for s in after[0].samples} == {3}
+        assert {s.weight_versions for s in after[0].samples} == {(3,)}
         assert after[0].samples[0].token_ids != before[0].samples[0].token_ids
         rollout.weight_version = 4  # pretend the trainer published a version nobody has
         with pytest.raises(OffPolicyError, match="weight version 4"):
@@ -89,7 +88,7 @@ async def test_weights_update_and_off_policy_refusal(tmp_path: Path) -> None:
 
 
 def test_tensor_buckets_are_bounded() -> None:
-    from actors.publish import buckets as _buckets
+    from actors.trainer.publish import buckets as _buckets
 
     state = {f"w{i}": torch.zeros(1024) for i in range(10)}  # 4 KiB each
     buckets = list(_buckets(state, 10_000))
@@ -154,7 +153,7 @@ async def test_a_generator_that_dies_mid_rollout_loses_no_sample(tmp_path: Path)
             while True:
                 stats = await rollout._cluster().call("generator", 1, GetStats())
                 assert isinstance(stats, ActorStats)
-                if stats.counters["chunks"] >= 4:
+                if stats.counters["num_chunks"] >= 4:
                     victim.kill()
                     return
                 await anyio.sleep(0.01)
@@ -168,7 +167,7 @@ async def test_a_generator_that_dies_mid_rollout_loses_no_sample(tmp_path: Path)
         reference = _reference(prompt.token_ids, 150)
         assert [s.token_ids for s in group.samples] == [reference] * 4
     assert isinstance(stats, ActorStats) and stats.counters["generators_lost"] == 1
-    assert any(c["instance"] == 1 for c in result.record["chunks"])  # it had work when killed
+    assert any(c.instance == 1 for c in result.record.chunks)  # it had work when killed
 
 
 async def test_generators_that_stop_answering_fail_the_rollout_then_come_back(
@@ -191,7 +190,7 @@ async def test_generators_that_stop_answering_fail_the_rollout_then_come_back(
         async def freeze_once_busy() -> None:
             while True:
                 stats = await cluster.call("generator", 0, GetStats())
-                if isinstance(stats, ActorStats) and stats.counters["chunks"] >= 2:
+                if isinstance(stats, ActorStats) and stats.counters["num_chunks"] >= 2:
                     for pid in pids:
                         os.kill(pid, signal.SIGSTOP)
                     return

@@ -8,15 +8,17 @@ from pathlib import Path
 import pytest
 
 from pipeline.rollout import (
-    ChunkRecord,
-    InstanceCounters,
-    RequestRecord,
-    RolloutRecord,
     compute_metrics,
     plot_timeline,
     save_metrics,
 )
 from pipeline.rollout.metrics import merge_intervals, tail_window
+from transport.messages import (
+    ChunkRecord,
+    InstanceCounters,
+    RequestRecord,
+    RolloutRecord,
+)
 
 
 def chunk(rid: str, instance: int, seq: int, start: float, end: float, **kw: object) -> ChunkRecord:
@@ -31,7 +33,7 @@ def chunk(rid: str, instance: int, seq: int, start: float, end: float, **kw: obj
         "num_new_tokens": 10,
         "prompt_len": 4,
         "generated_before": 10 * seq,
-        "reprefill_tokens": 0,
+        "num_reprefilled_tokens": 0,
         "finish_reason": "chunk",
     }
     return ChunkRecord(**{**fields, **kw})  # type: ignore[arg-type]
@@ -71,10 +73,10 @@ def record(
 # Instance 1 runs [1, 3]: busy 2 of 10 s. Request "a" moves 0 -> 1 -> 1 -> 0 (2 moves).
 CHUNKS = (
     chunk("a1", 0, 0, 0.0, 4.0),
-    chunk("a1", 0, 3, 8.0, 10.0, dispatched_s=7.5, reprefill_tokens=34),
+    chunk("a1", 0, 3, 8.0, 10.0, dispatched_s=7.5, num_reprefilled_tokens=34),
     chunk("a1", 1, 1, 4.0, 4.0),  # empty interval: counts for moves, not for busy time
     chunk("b1", 0, 0, 2.0, 6.0, dispatched_s=1.0),
-    chunk("a1", 1, 2, 1.0, 3.0, reprefill_tokens=14),
+    chunk("a1", 1, 2, 1.0, 3.0, num_reprefilled_tokens=14),
 )
 REQUESTS = (request("a1", 800, 10.0), request("b1", 200, 6.0, arrival=0.5))
 
@@ -84,7 +86,7 @@ def test_makespan_throughput_and_counts() -> None:
     assert m["makespan_s"] == 10.0 and m["output_tokens"] == 1000
     assert m["throughput_tok_s"] == 100.0
     assert m["num_requests"] == 2 and m["num_chunks"] == 5
-    assert m["reprefill_tokens"] == 48
+    assert m["num_reprefilled_tokens"] == 48
 
 
 def test_idle_fraction_counts_overlapping_chunks_once() -> None:
@@ -135,20 +137,22 @@ def test_queueing_delays_and_counters() -> None:
     counters = (
         InstanceCounters(
             instance=0,
-            preemptions=3,
-            recomputed_tokens=90,
-            reprefill_tokens=5,
-            drafted_tokens=10,
-            accepted_tokens=4,
+            num_preemptions=3,
+            num_recomputed_tokens=90,
+            num_reprefilled_tokens=5,
+            num_draft_tokens=10,
+            num_accepted_tokens=4,
         ),
-        InstanceCounters(instance=1, preemptions=1, recomputed_tokens=10, reprefill_tokens=0),
+        InstanceCounters(
+            instance=1, num_preemptions=1, num_recomputed_tokens=10, num_reprefilled_tokens=0
+        ),
     )
     m = compute_metrics(record(CHUNKS, REQUESTS, instances=counters))
     q = m["queueing_delay_s"]
     assert q["chunk_mean"] == pytest.approx((0.5 + 1.0) / 5)
     assert q["first_chunk_mean"] == pytest.approx((0.0 + 1.5) / 2)  # b1: starts 2.0, arrived 0.5
-    assert m["preemptions"] == 4 and m["recomputed_tokens"] == 100
-    assert m["engine_reprefill_tokens"] == 5 and m["accepted_tokens"] == 4
+    assert m["num_preemptions"] == 4 and m["num_recomputed_tokens"] == 100
+    assert m["engine_num_reprefilled_tokens"] == 5
 
 
 def test_merge_intervals() -> None:

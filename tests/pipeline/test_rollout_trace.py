@@ -10,15 +10,17 @@ from typing import Any
 import pytest
 
 from pipeline.rollout import (
-    ChunkRecord,
-    InstanceCounters,
-    RequestRecord,
-    RolloutRecord,
     compute_metrics,
     load_trace,
     save_trace,
 )
-from pipeline.rollout.trace import trace_dict
+from pipeline.rollout.trace import TRACE_VERSION, trace_dict
+from transport.messages import (
+    ChunkRecord,
+    InstanceCounters,
+    RequestRecord,
+    RolloutRecord,
+)
 
 
 def _chunk(rid: str, instance: int, seq: int, start: float, end: float) -> ChunkRecord:
@@ -33,7 +35,7 @@ def _chunk(rid: str, instance: int, seq: int, start: float, end: float) -> Chunk
         num_new_tokens=16,
         prompt_len=9,
         generated_before=16 * seq,
-        reprefill_tokens=9 if seq else 0,
+        num_reprefilled_tokens=9 if seq else 0,
         finish_reason="chunk" if seq < 1 else "length",
     )
 
@@ -63,14 +65,16 @@ RECORD = RolloutRecord(
     ),
     requests=(_request("g0-0", 2.5, True), _request("g0-1", 3.0, False)),
     instances=(
-        InstanceCounters(instance=0, preemptions=1, recomputed_tokens=12, reprefill_tokens=0),
+        InstanceCounters(
+            instance=0, num_preemptions=1, num_recomputed_tokens=12, num_reprefilled_tokens=0
+        ),
         InstanceCounters(
             instance=1,
-            preemptions=0,
-            recomputed_tokens=0,
-            reprefill_tokens=9,
-            drafted_tokens=5,
-            accepted_tokens=3,
+            num_preemptions=0,
+            num_recomputed_tokens=0,
+            num_reprefilled_tokens=9,
+            num_draft_tokens=5,
+            num_accepted_tokens=3,
         ),
     ),
     makespan_s=3.0,
@@ -92,7 +96,7 @@ def test_round_trip_keeps_everything(tmp_path: Path) -> None:
 
 def test_trace_nests_chunks_under_their_request(tmp_path: Path) -> None:
     data = json.loads(save_trace(RECORD, tmp_path / "trace.json").read_text())
-    assert data["version"] == 1
+    assert data["version"] == TRACE_VERSION == 2
     first = data["requests"][0]
     assert (first["group_id"], first["prompt_len"], first["output_len"]) == ("g0", 9, 32)
     assert [(c["instance"], c["start_s"], c["end_s"]) for c in first["chunks"]] == [
@@ -121,7 +125,7 @@ def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
 
 _DELETE = object()
 BAD = [
-    ("version", _set("version", 2), "unsupported trace version"),
+    ("version", _set("version", 1), "unsupported trace version"),
     ("no version", _set("version", _DELETE), "unsupported trace version"),
     ("missing", _set("requests.0.output_len", _DELETE), "requests[0].output_len: missing"),
     ("type", _set("requests.1.prompt_len", "9"), "requests[1].prompt_len: expected int"),
@@ -138,7 +142,11 @@ BAD = [
     ("dup chunk", _set("requests.0.chunks.1.chunk_seq", 0), "requests[0].chunks[1].chunk_seq"),
     ("chunks", _set("requests.0.chunks", {}), "requests[0].chunks: expected a list"),
     ("instances", _set("num_instances", 0), "num_instances must be >= 1"),
-    ("counters", _set("instances.0.preemptions", 1.5), "instances[0].preemptions: expected int"),
+    (
+        "counters",
+        _set("instances.0.num_preemptions", 1.5),
+        "instances[0].num_preemptions: expected int",
+    ),
     ("nan", _set("makespan_s", float("nan")), "makespan_s: must be finite"),
 ]
 

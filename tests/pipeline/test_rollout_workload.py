@@ -5,15 +5,17 @@ from __future__ import annotations
 import pytest
 
 from pipeline.rollout import (
-    ChunkRecord,
-    RequestRecord,
-    RolloutRecord,
     Workload,
     WorkloadPrompt,
     describe,
     make_workload,
     true_lengths,
     workload_from_trace,
+)
+from transport.messages import (
+    ChunkRecord,
+    RequestRecord,
+    RolloutRecord,
 )
 
 
@@ -126,7 +128,7 @@ def _record(requests: tuple[RequestRecord, ...]) -> RolloutRecord:
         num_new_tokens=1,
         prompt_len=1,
         generated_before=0,
-        reprefill_tokens=0,
+        num_reprefilled_tokens=0,
         finish_reason="stop",
     )
     return RolloutRecord(

@@ -19,13 +19,30 @@ from transport.errors import ProtocolError
 from transport.messages import (
     PROTOCOL_VERSION,
     REGISTRY,
+    Array,
+    Message,
     Ping,
-    ShardDone,
-    ShardResult,
     Struct,
     TensorBlob,
-    WorkShard,
+    register_extension,
 )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Part(Struct):
+    index: int
+    values: Array
+
+
+@register_extension(2001)
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Parts(Message):
+    """A message defined outside the product's registry, as an example or a user would."""
+
+    batch_id: int
+    parts: tuple[Part, ...]
+    matrix: Array
+
 
 _NP_DTYPES = ["float32", "float64", "int32", "int64", "uint8", "bool"]
 
@@ -110,10 +127,29 @@ def test_tensor_frames_alias_the_senders_memory() -> None:
     assert np.shares_memory(frames[1], t.numpy())
 
 
-def test_nested_records_and_tensors() -> None:
-    result = ShardResult(shard=1, worker=0, values=torch.ones(2, 3), compute_s=0.5)
-    msg = ShardDone(batch_id=4, num_shards=2, result=result)
+def test_nested_records_and_tensors_in_an_extension_message() -> None:
+    parts = (Part(index=0, values=torch.ones(2, 3)), Part(index=1, values=np.zeros(4)))
+    msg = Parts(batch_id=4, parts=parts, matrix=torch.eye(3))
+    assert REGISTRY[2001] is Parts and Parts.TAG == 2001
     assert_same(decode(encode(msg)), msg)
+
+
+def test_extension_tags_are_checked() -> None:
+    with pytest.raises(TypeError, match=r"1024\.\.65535"):
+        register_extension(30)(Parts)
+    with pytest.raises(TypeError, match=r"taken by tests\.transport\.test_codec\.Parts"):
+
+        @register_extension(2001)
+        @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+        class Clash(Message):
+            seq: int
+
+    with pytest.raises(TypeError, match="frozen, slotted"):
+
+        @register_extension(2002)
+        @dataclasses.dataclass(kw_only=True)
+        class Loose(Message):
+            seq: int
 
 
 def _header(body: Any, tag: int = Ping.TAG, version: int = PROTOCOL_VERSION) -> bytes:
@@ -144,7 +180,7 @@ def test_malformed_messages_are_refused_with_a_named_problem(
 
 
 def test_tensor_header_problems_are_refused() -> None:
-    frames = encode(WorkShard(batch_id=0, shard=0, num_shards=1, matrices=torch.ones(4, 4)))
+    frames = encode(TensorBlob(name="t", tensor=torch.ones(4, 4)))
     with pytest.raises(ProtocolError, match="bytes"):
         decode([frames[0], bytes(frames[1])[:-4]])  # truncated tensor frame
     with pytest.raises(ProtocolError, match="missing frame"):
@@ -152,12 +188,10 @@ def test_tensor_header_problems_are_refused() -> None:
     bad = msgpack.packb(
         [
             PROTOCOL_VERSION,
-            WorkShard.TAG,
+            TensorBlob.TAG,
             {
-                "batch_id": 0,
-                "shard": 0,
-                "num_shards": 1,
-                "matrices": msgpack.ExtType(1, msgpack.packb([0, "pt", "complex64", [1]])),
+                "name": "t",
+                "tensor": msgpack.ExtType(1, msgpack.packb([0, "pt", "complex64", [1]])),
             },
         ]
     )

@@ -1,7 +1,7 @@
 """TorchEngine: the built-in engine (continuous batching, resumable chunks, draft verification).
 
 One ``step``: validate drafts, admit waiting requests into free slots (reusing parked KV),
-make room in the KV budget (see ``scheduler.py``), run one batched decode forward over the
+make room in the KV budget (see ``batcher.py``), run one batched decode forward over the
 decoding rows with their drafts verified as trees, accept tokens losslessly (``verify.py``),
 then run one prefill forward of at most ``max_prefill_tokens`` tokens over prefilling rows
 (chunked prefill). A chunk that reaches its budget parks its KV; the next chunk of that
@@ -20,27 +20,33 @@ from os import PathLike
 
 import torch
 
-from actors.generator.batch import ParkedEntry
-from actors.generator.config import EngineConfig
-from actors.generator.drafts import Draft, DraftTree
+from actors.generator.builtin.batch import ParkedEntry
+from actors.generator.builtin.batcher import Batcher
+from actors.generator.builtin.config import EngineConfig
+from actors.generator.builtin.draft_tree import DraftTree
+from actors.generator.builtin.kv_cache import KVCache
+from actors.generator.builtin.profile import StepProfile
+from actors.generator.builtin.request import EngineRequest, Phase
+from actors.generator.builtin.runner import ModelRunner
+from actors.generator.builtin.sampler import choose_tokens
+from actors.generator.builtin.step_plan import (
+    decode_inputs,
+    plan_drafts,
+    prefill_inputs,
+    validate_request,
+)
+from actors.generator.builtin.verify import accept
 from actors.generator.engine import (
     ChunkRequest,
     ChunkResult,
+    Draft,
     EngineCounters,
     EngineLoad,
     FinishReason,
     StepDelta,
     StepResult,
 )
-from actors.generator.errors import DuplicateRequestError, EngineBusyError, UnknownRequestError
-from actors.generator.kv_cache import KVCache
-from actors.generator.profile import StepProfile
-from actors.generator.request import Phase, RequestState
-from actors.generator.runner import ModelRunner
-from actors.generator.sampler import choose_tokens
-from actors.generator.scheduler import Scheduler
-from actors.generator.step_plan import decode_inputs, plan_drafts, prefill_inputs, validate_request
-from actors.generator.verify import accept
+from actors.generator.errors import DuplicateRequestError, EngineBusyError, RequestNotInEngineError
 from actors.model.llama import LlamaModel
 from actors.model.weights import load_state_dict, load_weights_into
 
@@ -59,13 +65,14 @@ class TorchEngine:
             cfg.max_seq_len or model.config.max_context, model.config.max_context
         )
         self._version = weight_version
-        self._cache = KVCache(model.config, cfg.max_batch + 1, self.max_seq_len)
+        dtype = next(model.parameters()).dtype
+        self._cache = KVCache(model.config, cfg.max_batch + 1, self.max_seq_len, dtype)
         self._runner = ModelRunner(self.model, self._cache)
         self._counts = dict.fromkeys(EngineCounters.__dataclass_fields__, 0)
-        self._sched = Scheduler(
+        self._sched = Batcher(
             cfg, self._cache, self._counts, lambda slot: self._finish(slot, "length")
         )
-        self._by_id: dict[str, RequestState] = {}
+        self._by_id: dict[str, EngineRequest] = {}
         self._deltas: list[StepDelta] = []
         self._finished: list[ChunkResult] = []
         self._profile = self._measure_profile() if cfg.profile else None
@@ -88,7 +95,12 @@ class TorchEngine:
     def load(self) -> EngineLoad:
         s = self._sched
         return EngineLoad(
-            len(s.batch), len(s.waiting), len(s.parked), s.kv_used(), self.config.kv_budget_tokens
+            len(s.batch),
+            len(s.waiting),
+            len(s.parked),
+            s.kv_tokens_used(),
+            self.config.kv_budget_tokens,
+            self.config.max_batch,
         )
 
     def counters(self) -> EngineCounters:
@@ -103,6 +115,9 @@ class TorchEngine:
     def step_time(self, batch: int, draft_len: int) -> float:
         return self.profile.seconds(batch, draft_len)
 
+    def measure_step_times(self) -> None:
+        _ = self.profile
+
     # ---- requests ------------------------------------------------------------------------
     def add(self, request: ChunkRequest) -> None:
         validate_request(
@@ -110,7 +125,7 @@ class TorchEngine:
         )
         if request.request_id in self._by_id:
             raise DuplicateRequestError(f"request {request.request_id!r} is already in flight")
-        state = RequestState.create(request, self.config.eos_token_id, self.max_seq_len)
+        state = EngineRequest.create(request, self.config.eos_token_id, self.max_seq_len)
         self._sched.waiting.append(state)
         self._by_id[request.request_id] = state
 
@@ -120,7 +135,7 @@ class TorchEngine:
         if state is None:
             if was_parked:
                 return None
-            raise UnknownRequestError(f"no request {request_id!r} on this engine")
+            raise RequestNotInEngineError(f"no request {request_id!r} on this engine")
         if state.phase is Phase.WAITING:
             self._sched.waiting.remove(state)
         else:
@@ -139,6 +154,10 @@ class TorchEngine:
         self._version = version
 
     # ---- the step ------------------------------------------------------------------------
+    def poll(self) -> StepResult:
+        """One step without drafts (the chunk-level `Engine` view of `step`)."""
+        return self.step()
+
     def step(self, drafts: Mapping[str, Draft] | None = None) -> StepResult:
         """One iteration; drafts for requests not decoding this step are ignored."""
         trees = plan_drafts(
@@ -207,7 +226,7 @@ class TorchEngine:
         return ends[-1]
 
     def _emit(
-        self, state: RequestState, tokens: list[int], lps: list[float], drafted: int
+        self, state: EngineRequest, tokens: list[int], lps: list[float], drafted: int
     ) -> FinishReason | None:
         n = len(tokens)
         accepted = n - 1 if drafted else 0
@@ -222,7 +241,7 @@ class TorchEngine:
         )
         return state.append(tokens, lps)
 
-    def _count_prefill(self, state: RequestState, n: int) -> None:
+    def _count_prefill(self, state: EngineRequest, n: int) -> None:
         self._counts["num_prefill_tokens"] += n
         if state.is_recompute:
             self._counts["num_recomputed_tokens"] += n

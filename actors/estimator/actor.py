@@ -2,23 +2,18 @@
 
 Consumes `GroupsOpened` (splitter) and `RequestFinished` (scheduler). Emits
 `EstimateUpdated` to the scheduler whenever a group's estimate changes (the longest
-finished sibling so far), with the running average context length that the parallelism
-selector reads. A finished request of an unknown group is logged and dropped.
+finished sibling so far), with the running average context length (for a parallelism
+selector, planned). A finished request of an unknown group is logged and dropped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from actors.base import Actor, ActorContext, Handler
-from actors.estimator import LengthEstimator
+from actors.estimator.core import LengthEstimator
+from actors.estimator.options import EstimatorOptions
 from transport.messages import EstimateUpdated, GroupsOpened, Message, RequestFinished
-
-
-@dataclass(frozen=True, kw_only=True)
-class EstimatorOptions:
-    use_prior: bool = False
 
 
 class LengthEstimatorActor(Actor):

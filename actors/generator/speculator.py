@@ -15,19 +15,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from actors.drafts.client import DraftClient
-from actors.drafts.policy import Candidate, SpecConfig, SpecPolicy, StepTime, make_policy
-from actors.generator.drafts import Draft
-from actors.generator.engine import StepResult
+from actors.drafts.options import SpecConfig
+from actors.drafts.policy import Candidate, SpecPolicy, StepTime, make_draft_policy
+from actors.generator.engine import Draft, StepResult
 from transport.messages import SpecStats
 
 
 @dataclass
 class _ChunkStats:
     is_probe: bool
-    steps: int = 0
-    tokens: int = 0
-    drafted: int = 0
-    accepted: int = 0
+    num_steps: int = 0
+    num_tokens: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
 
 
 class Speculator:
@@ -42,10 +42,15 @@ class Speculator:
                 max_match=config.max_match,
             )
         )
-        self.policy: SpecPolicy = make_policy(config, step_time)
+        self.policy: SpecPolicy = make_draft_policy(config, step_time)
         self.chunks: dict[str, _ChunkStats] = {}
         self._drafted: dict[str, tuple[Draft, list[float]]] = {}  # this step's, with probs
-        self.totals = {"steps": 0, "tokens": 0, "drafted": 0, "accepted": 0}
+        self.totals = {
+            "num_steps": 0,
+            "num_tokens": 0,
+            "num_draft_tokens": 0,
+            "num_accepted_tokens": 0,
+        }
         self._skip: dict[int, int] = {}  # batch size -> steps to skip drafting
         self.is_drafting = False  # whether the last step's batch size was worth drafting for
         self._backoff: dict[int, int] = {}
@@ -67,7 +72,12 @@ class Speculator:
         if self.client is not None:
             self.client.end(request_id)
         s = self.chunks.pop(request_id, None) or _ChunkStats(False)
-        return SpecStats(steps=s.steps, tokens=s.tokens, drafted=s.drafted, accepted=s.accepted)
+        return SpecStats(
+            num_steps=s.num_steps,
+            num_tokens=s.num_tokens,
+            num_draft_tokens=s.num_draft_tokens,
+            num_accepted_tokens=s.num_accepted_tokens,
+        )
 
     def forget(self, request_ids: Sequence[str]) -> None:
         """A rollout ended: drop the replicas of these requests' groups."""
@@ -125,26 +135,26 @@ class Speculator:
             if stats is None or rid not in decoding:
                 continue  # a prefill step's first token is not a verify step
             n = len(delta.token_ids)
-            stats.steps += 1
-            stats.tokens += n
+            stats.num_steps += 1
+            stats.num_tokens += n
             steps += 1
             tokens += n
             if rid in drafted:
                 draft, probs = drafted[rid]
                 accepted = delta.num_accepted_tokens
-                stats.drafted += len(draft)
-                stats.accepted += accepted
-                self.totals["drafted"] += len(draft)
-                self.totals["accepted"] += accepted
+                stats.num_draft_tokens += len(draft)
+                stats.num_accepted_tokens += accepted
+                self.totals["num_draft_tokens"] += len(draft)
+                self.totals["num_accepted_tokens"] += accepted
                 depths, node_ok = node_outcomes(draft, delta.token_ids[:accepted])
                 self.policy.observe(max(depths, default=0), accepted, probs, node_ok)
-        self.totals["steps"] += steps
-        self.totals["tokens"] += tokens
+        self.totals["num_steps"] += steps
+        self.totals["num_tokens"] += tokens
 
     @property
     def mean_accept_len(self) -> float:
         t = self.totals
-        return t["tokens"] / t["steps"] if t["steps"] else 0.0
+        return t["num_tokens"] / t["num_steps"] if t["num_steps"] else 0.0
 
 
 def node_outcomes(draft: Draft, accepted_ids: Sequence[int]) -> tuple[list[int], list[bool]]:

@@ -1,4 +1,4 @@
-"""The demo topology that `seer demo` drives: the transport and runtime at work.
+"""The demo's actors: the transport and runtime at work on a topology of one's own.
 
 A driver sends batches of symmetric matrices to the `Dispatcher`, which cuts each batch into
 shards and deals them to the `Worker`s, least-in-flight first; each worker computes the
@@ -17,13 +17,13 @@ from typing import Any
 import torch
 
 from actors.base import Actor, ActorContext, Handler
-from transport.messages import BatchDone, Message, ShardDone, ShardResult, WorkBatch, WorkShard
+from examples.demo.messages import BatchDone, ShardDone, ShardResult, WorkBatch, WorkShard
+from transport.messages import Message
 
 
 @dataclass(frozen=True, kw_only=True)
 class DispatcherOptions:
     worker_role: str = "worker"
-    num_workers: int = 2
 
 
 class Dispatcher(Actor):
@@ -35,7 +35,7 @@ class Dispatcher(Actor):
     def __init__(self, ctx: ActorContext) -> None:
         super().__init__(ctx)
         self.opts: DispatcherOptions = ctx.options or DispatcherOptions()
-        self.in_flight = [0] * self.opts.num_workers
+        self.in_flight = [0] * self.num_peers(self.opts.worker_role)
         self.num_shards_sent = 0
 
     def handlers(self) -> Mapping[type[Message], Handler]:

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from actors.generator.kv_cache import KVCache
-from actors.generator.runner import ModelRunner, Segment
-from actors.generator.sampler import SamplingBatch, choose_tokens
+from actors.generator.builtin.kv_cache import KVCache
+from actors.generator.builtin.runner import ModelRunner, Segment
+from actors.generator.builtin.sampler import SamplingBatch, choose_tokens
 from actors.model.llama import LlamaModel
 
 

@@ -1,6 +1,6 @@
-"""The demo job: a real multi-process topology doing real, checked work.
+"""The demo's driver: a real multi-process topology doing real, checked work.
 
-`seer demo` launches dispatcher, two workers and a collector as separate processes,
+`python -m examples.demo` launches dispatcher, two workers and a collector as separate processes,
 streams batches of random symmetric matrices through them, checks every eigenvalue
 spectrum that comes back against a local computation, and prints what each actor did.
 """
@@ -16,19 +16,19 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from examples.demo.messages import BatchDone, WorkBatch
 from pipeline.config import ActorGroup, PipelineConfig, Topology
 from pipeline.launch import launch_local
-from transport.messages import BatchDone, WorkBatch
+
+ACTORS = "examples.demo.actors"
 
 
 def demo_config(num_workers: int = 2, run_id: str | None = None) -> PipelineConfig:
     topology = Topology(
         actors=(
-            ActorGroup(
-                role="dispatcher", kind="demo.dispatcher", options={"num_workers": num_workers}
-            ),
-            ActorGroup(role="worker", kind="demo.worker", count=num_workers),
-            ActorGroup(role="collector", kind="demo.collector"),
+            ActorGroup(role="dispatcher", kind=f"{ACTORS}:Dispatcher"),
+            ActorGroup(role="worker", kind=f"{ACTORS}:Worker", count=num_workers),
+            ActorGroup(role="collector", kind=f"{ACTORS}:Collector"),
         )
     )
     return (

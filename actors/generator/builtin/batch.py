@@ -11,34 +11,34 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from actors.generator.kv_cache import KVCache, ParkedKV
-from actors.generator.request import Phase, RequestState
+from actors.generator.builtin.kv_cache import KVCache, ParkedKV
+from actors.generator.builtin.request import EngineRequest, Phase
 
 
 class RunningBatch:
     def __init__(self, cache: KVCache) -> None:
         self.cache = cache
-        self.rows: list[RequestState] = []
+        self.rows: list[EngineRequest] = []
         self.num_decode = 0
 
     def __len__(self) -> int:
         return len(self.rows)
 
     @property
-    def decoding(self) -> list[RequestState]:
+    def decoding(self) -> list[EngineRequest]:
         return self.rows[: self.num_decode]
 
     @property
     def reserved(self) -> int:
         return sum(r.reserved for r in self.rows)
 
-    def add_prefill(self, state: RequestState) -> int:
+    def add_prefill(self, state: EngineRequest) -> int:
         """Append a prefilling row; returns its slot."""
         state.phase = Phase.PREFILL
         self.rows.append(state)
         return len(self.rows) - 1
 
-    def add_decode(self, state: RequestState) -> int:
+    def add_decode(self, state: EngineRequest) -> int:
         """Insert a decoding row after the decoders; returns its slot (its KV is not set)."""
         slot = self.num_decode
         if slot < len(self.rows):
@@ -58,7 +58,7 @@ class RunningBatch:
         self.rows[slot].phase = Phase.DECODE
         self.num_decode += 1
 
-    def remove(self, slot: int) -> RequestState:
+    def remove(self, slot: int) -> EngineRequest:
         """Take the row at ``slot`` out (its KV is dropped), keeping both runs contiguous."""
         state = self.rows[slot]
         if slot < self.num_decode:
@@ -72,7 +72,7 @@ class RunningBatch:
         self.rows.pop()
         return state
 
-    def slot_of(self, state: RequestState) -> int:
+    def slot_of(self, state: EngineRequest) -> int:
         return next(i for i, r in enumerate(self.rows) if r is state)
 
     def _move_row(self, src: int, dst: int) -> None:

@@ -1,4 +1,4 @@
-"""Scheduler: who runs this step, and the KV budget's books.
+"""Batcher: who runs this step, and the KV budget's books.
 
 Owns the waiting queue (FIFO; preempted requests go back to its front), the running batch
 and the parked store. ``admit`` moves waiting requests into free slots while their KV fits
@@ -15,15 +15,15 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from actors.generator.batch import ParkedEntry, ParkedStore, RunningBatch
-from actors.generator.config import EngineConfig
-from actors.generator.drafts import DraftTree
-from actors.generator.kv_cache import KVCache
-from actors.generator.request import Phase, RequestState
-from actors.generator.step_plan import trim_drafts
+from actors.generator.builtin.batch import ParkedEntry, ParkedStore, RunningBatch
+from actors.generator.builtin.config import EngineConfig
+from actors.generator.builtin.draft_tree import DraftTree
+from actors.generator.builtin.kv_cache import KVCache
+from actors.generator.builtin.request import EngineRequest, Phase
+from actors.generator.builtin.step_plan import trim_drafts
 
 
-class Scheduler:
+class Batcher:
     def __init__(
         self,
         config: EngineConfig,
@@ -37,14 +37,15 @@ class Scheduler:
         self.out_of_kv = out_of_kv  # finishes the lone request at this slot ("length")
         self.batch = RunningBatch(cache)
         self.parked = ParkedStore()
-        self.waiting: deque[RequestState] = deque()
+        self.waiting: deque[EngineRequest] = deque()
         self._clock = 0
 
-    def kv_used(self) -> int:
+    def kv_tokens_used(self) -> int:
         return self.batch.reserved + self.parked.num_tokens
 
     def note_peak(self, extra: int = 0) -> None:
-        self.counts["kv_tokens_peak"] = max(self.counts["kv_tokens_peak"], self.kv_used() + extra)
+        used = self.kv_tokens_used() + extra
+        self.counts["kv_tokens_peak"] = max(self.counts["kv_tokens_peak"], used)
 
     def admit(self) -> None:
         budget = self.config.kv_budget_tokens
@@ -55,16 +56,17 @@ class Scheduler:
             is_decode = 0 < reuse == len(state.tokens) - 1
             reserve = reuse if is_decode else len(state.tokens)
             extra = reserve - (entry.kv.num_tokens if entry is not None else 0)
-            while self.kv_used() + extra > budget and self.parked.evict_lru(state.request_id):
+            evict = self.parked.evict_lru
+            while self.kv_tokens_used() + extra > budget and evict(state.request_id):
                 self.counts["num_parked_evictions"] += 1
-            if self.kv_used() + extra > budget:
+            if self.kv_tokens_used() + extra > budget:
                 return  # head of line waits for KV
             self.waiting.popleft()
             self._place(state, entry, reuse, is_decode, reserve)
 
     def _place(
         self,
-        state: RequestState,
+        state: EngineRequest,
         entry: ParkedEntry | None,
         reuse: int,
         is_decode: bool,
@@ -91,7 +93,7 @@ class Scheduler:
                 1 + (trees[r.request_id].num_nodes if r.request_id in trees else 0)
                 for r in self.batch.decoding
             )
-            over = self.kv_used() + need - budget
+            over = self.kv_tokens_used() + need - budget
             if over <= 0:
                 self.note_peak(need)
                 return trees

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from actors.generator.kv_cache import KVCache
+from actors.generator.builtin.kv_cache import KVCache
 from actors.model.layout import build_layout
 from actors.model.llama import LlamaModel
 

@@ -1,13 +1,8 @@
-"""Draft: a chain or tree of proposed tokens after a request's last real token.
+"""DraftTree: a validated `Draft` in the form the built-in engine verifies.
 
-``token_ids[i]`` is node ``i``; ``parents[i]`` is the index of its parent node, ``-1`` for a
-child of the last real token (the root), always ``< i`` (topological order). Siblings must
-carry distinct tokens (lossless verification walks distinct children). A chain is the tree
-whose parents are ``-1, 0, 1, ...``.
-
-``DraftTree`` is the validated form the engine uses: node depths, the ancestor-or-self mask
-that tree attention needs, and a children map for the acceptance walk. In the verify segment
-of a request, index 0 is the root (its last real token) and node ``i`` sits at ``i + 1``.
+Node depths, the ancestor-or-self mask that tree attention needs, and a children map for
+the acceptance walk. In the verify segment of a request, index 0 is the root (its last
+real token) and node ``i`` sits at ``i + 1``.
 """
 
 from __future__ import annotations
@@ -18,20 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from actors.generator.engine import Draft
 from actors.generator.errors import DraftError
-
-
-@dataclass(frozen=True, slots=True)
-class Draft:
-    token_ids: tuple[int, ...]
-    parents: tuple[int, ...]
-
-    @classmethod
-    def chain(cls, token_ids: Sequence[int]) -> Draft:
-        return cls(tuple(token_ids), tuple(range(-1, len(token_ids) - 1)))
-
-    def __len__(self) -> int:
-        return len(self.token_ids)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,13 +4,13 @@ Pure core (an async actor shell lives elsewhere). Consumes: ``open_group`` when 
 becomes a group, ``on_request_finished`` with each finished sample's output length,
 ``close_group`` at the end of the group's rollout, ``on_context`` with each finished
 request's context length. Emits: ``on_request_finished`` returns the group's new estimate
-when it changed (the shell forwards it to the scheduler as ``EstimatesUpdated``).
+when it changed (the shell forwards it to the scheduler as ``EstimateUpdated``).
 
 Estimate (Seer): the longest finished sibling; with none finished, the generation limit --
 or, with ``use_prior`` (beyond Seer), the longest output this prompt id produced the last
 time one of its groups closed, capped at the limit. ``average_context_len`` is the mean
 context length (prompt + output) of finished requests, over all of them or the last
-``context_window``; the parallelism selector reads it. Unknown group ids raise
+``context_window`` (for Earl's parallelism selector, planned). Unknown group ids raise
 ``UnknownGroupError``. Priors are kept per prompt id for the estimator's lifetime.
 """
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from actors.generator.drafts import DraftTree
+from actors.generator.builtin.draft_tree import DraftTree
 
 
 def accept(

@@ -1,30 +1,17 @@
-"""RequestSplitter: a prompt batch becomes groups of single-sample requests.
+"""Splitting a prompt batch into groups of single-sample requests (pure).
 
-Consumes `PromptBatch` (driver). Emits `GroupsOpened` to the length estimator (and the
-draft store, when the topology has one) first, then
-one `RequestsAdded` with every request to the scheduler. Each prompt becomes a group of
-`group_size` requests, one engine request per sample (never `n > 1`); sample 0 of every
-group is its probe. Request ids end with ";" so that no id is a prefix of another (SGLang
-matches aborts by prefix). A per-sample seed is derived from the batch seed, so a sample
-draws the same tokens whichever instance runs it. Bad batches are refused with a
-`ValueError` (the caller of a `call` gets it as a `RemoteError`) and nothing is emitted.
+`split(batch)` returns the groups (for the length estimator and the draft store) and the
+requests (for the scheduler): one engine request per sample, never `n > 1`; sample 0 of
+every group is its probe; request ids end with ";" so that no id is a prefix of another
+(SGLang matches aborts by prefix); a per-sample seed is derived from the batch seed, so a
+sample draws the same tokens whichever instance runs it. A bad batch raises `ValueError`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
 
-from actors.base import Actor, Handler
-from actors.drafts.store import PROMPT_TAIL_TOKENS
-from transport.messages import (
-    GroupInfo,
-    GroupsOpened,
-    Message,
-    PromptBatch,
-    RequestsAdded,
-    RequestSpec,
-)
+from transport.messages import PROMPT_TAIL_TOKENS, GroupInfo, PromptBatch, RequestSpec
 
 
 def split(batch: PromptBatch) -> tuple[tuple[GroupInfo, ...], tuple[RequestSpec, ...]]:
@@ -70,24 +57,3 @@ def split(batch: PromptBatch) -> tuple[tuple[GroupInfo, ...], tuple[RequestSpec,
                 )
             )
     return tuple(groups), tuple(requests)
-
-
-class RequestSplitter(Actor):
-    role = "splitter"
-
-    def handlers(self) -> Mapping[type[Message], Handler]:
-        return {PromptBatch: self.handle_prompt_batch}
-
-    async def handle_prompt_batch(self, msg: PromptBatch) -> None:
-        groups, requests = split(msg)
-        opened = GroupsOpened(
-            rollout_id=msg.rollout_id, groups=groups, generation_limit=msg.sampling.max_new_tokens
-        )
-        await self.send_to("estimator", 0, opened)
-        if self.has_peer("drafts"):
-            await self.send_to("drafts", 0, opened)
-        added = RequestsAdded(rollout_id=msg.rollout_id, requests=requests, policy=msg.policy)
-        await self.send_to("scheduler", 0, added)
-        self.log.info(
-            "batch_split", rollout=msg.rollout_id, groups=len(groups), requests=len(requests)
-        )

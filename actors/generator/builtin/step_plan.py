@@ -13,17 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from actors.generator.drafts import Draft, DraftTree, validate_draft
-from actors.generator.engine import ChunkRequest
+from actors.generator.builtin.draft_tree import DraftTree, validate_draft
+from actors.generator.builtin.request import EngineRequest
+from actors.generator.builtin.runner import Segment
+from actors.generator.builtin.sampler import SamplingBatch
+from actors.generator.engine import ChunkRequest, Draft
 from actors.generator.errors import (
     ContextOverflowError,
     InvalidRequestError,
     TokenOutOfVocabError,
     WeightVersionError,
 )
-from actors.generator.request import RequestState
-from actors.generator.runner import Segment
-from actors.generator.sampler import SamplingBatch
 
 
 def validate_request(
@@ -75,7 +75,7 @@ def _check_vocab(rid: str, what: str, ids: Iterable[int], vocab_size: int) -> No
 
 def plan_drafts(
     drafts: Mapping[str, Draft] | None,
-    decoding: Sequence[RequestState],
+    decoding: Sequence[EngineRequest],
     vocab_size: int,
     max_tokens: int,
     max_seq_len: int,
@@ -110,7 +110,7 @@ def trim_drafts(trees: dict[str, DraftTree], excess: int) -> dict[str, DraftTree
 
 
 def decode_inputs(
-    rows: Sequence[RequestState], trees: Mapping[str, DraftTree]
+    rows: Sequence[EngineRequest], trees: Mapping[str, DraftTree]
 ) -> tuple[list[Segment], SamplingBatch]:
     """One segment per decoding row (its last token, then its draft as a tree whose nodes
     sit at ``cache_len + depth``) and the sampling parameters of every segment token."""
@@ -142,7 +142,7 @@ def decode_inputs(
 
 
 def prefill_inputs(
-    rows: Sequence[RequestState], max_tokens: int
+    rows: Sequence[EngineRequest], max_tokens: int
 ) -> tuple[list[Segment], SamplingBatch]:
     """Prefill pieces for the leading prefilling ``rows`` within ``max_tokens`` (only the
     last piece may stop short), and the sampling parameters for their last tokens."""

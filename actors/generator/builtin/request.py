@@ -1,4 +1,4 @@
-"""RequestState: the engine's private book of one request between ``add`` and its result.
+"""EngineRequest: the engine's private book of one request between ``add`` and its result.
 
 ``tokens`` is the whole sequence (prompt, earlier chunks, this chunk). ``cache_len`` tokens
 have KV in the request's slot; a decoding request has ``cache_len == len(tokens) - 1`` (its
@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from actors.generator.builtin.sampler import request_seed
 from actors.generator.engine import ChunkRequest, ChunkResult, FinishReason
-from actors.generator.sampler import request_seed
 
 
 class Phase(Enum):
@@ -23,7 +23,7 @@ class Phase(Enum):
 
 
 @dataclass(slots=True, eq=False)
-class RequestState:
+class EngineRequest:
     request: ChunkRequest
     tokens: list[int]
     seed: int
@@ -44,7 +44,7 @@ class RequestState:
     @classmethod
     def create(
         cls, request: ChunkRequest, eos_token_id: int | None, max_seq_len: int
-    ) -> RequestState:
+    ) -> EngineRequest:
         params = request.params
         stops = set(params.stop_token_ids)
         if eos_token_id is not None and not params.ignore_eos:

@@ -1,0 +1,71 @@
+"""DraftSync: a generator's background exchange with the draft-tree store.
+
+Every `spec.sync_interval_s` it pushes this generator's new tokens to the store
+(`TokensAppended`, one-way) and pulls what its replicas lack (`SyncDrafts`, a call answered
+with `DraftDeltas`). While the batch is too large for drafts to pay it pushes 10x less
+often and pulls 40x less often (the first pull after catches up). A store that does not
+answer costs drafts, never progress: decoding goes on with what the replicas hold (this
+generator's own requests) and the sync retries.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import anyio
+import structlog
+
+from actors.base import Mailbox
+from actors.generator.speculator import Speculator
+from transport.errors import TransportError
+from transport.messages import DraftDeltas, TokensAppended
+
+
+class DraftSync:
+    def __init__(
+        self, speculator: Speculator, mailbox: Mailbox, log: structlog.BoundLogger
+    ) -> None:
+        if speculator.client is None:
+            raise ValueError("draft sync needs a speculator with a draft client (mode 'group')")
+        self.spec = speculator
+        self.client = speculator.client
+        self.mailbox = mailbox
+        self.log = log
+        self.is_store_ok = True
+        self.num_store_failures = 0
+
+    async def run(self) -> None:
+        """Push and pull forever (cancelled with the actor); never blocks decoding."""
+        cfg = self.spec.config
+        for cycle in itertools.count():
+            # while drafts cannot pay at the running batch size, push this generator's
+            # tokens 10x less often (other generators may be drafting from them) and pull
+            # only every 4th time (decoding siblings' tokens nobody drafts from takes CPU
+            # from the engine; the pull still checks the store is alive, and the first
+            # pull once drafting resumes catches up)
+            active = self.spec.is_drafting and self.is_store_ok
+            await anyio.sleep(cfg.sync_interval_s * (1 if active else 10))
+            pull = self.spec.is_drafting or not self.is_store_ok or cycle % 4 == 0
+            await self.sync_once(pull)
+
+    async def sync_once(self, pull: bool = True) -> None:
+        cfg = self.spec.config
+        appends = self.client.take_appends()
+        request = self.client.sync_message() if pull else None
+        try:
+            with anyio.fail_after(cfg.store_timeout_s):
+                if appends:
+                    await self.mailbox.send_to("drafts", 0, TokensAppended(appends=appends))
+                if request is not None:
+                    reply = await self.mailbox.call("drafts", 0, request, cfg.store_timeout_s)
+                    if isinstance(reply, DraftDeltas):
+                        self.client.apply(reply)
+        except (TransportError, TimeoutError) as exc:
+            self.num_store_failures += 1
+            if self.is_store_ok:
+                self.log.warning("draft_store_unreachable", error=f"{type(exc).__name__}")
+            self.is_store_ok = False
+        else:
+            if not self.is_store_ok:
+                self.log.info("draft_store_back")
+            self.is_store_ok = True

@@ -1,0 +1,38 @@
+"""GeneratorOptions: one generator's engine backend, model and speculation settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from actors.drafts.options import SpecConfig
+from actors.generator.backends import BACKENDS
+from actors.model.options import ModelOptions
+from actors.options import check, check_choice, check_positive
+
+
+@dataclass(frozen=True, kw_only=True)
+class GeneratorOptions:
+    """`backend`: the engine, by name (`actors.generator.backends.BACKENDS`). `model`: the
+    policy (a TOML sub-table). `max_batch` .. `profile`: the built-in engine's settings
+    (`actors.generator.builtin.EngineConfig`). `spec`: speculation (a TOML sub-table)."""
+
+    backend: str = "builtin"
+    model: ModelOptions = field(default_factory=ModelOptions)
+    max_batch: int = 32
+    kv_budget_tokens: int = 32768
+    max_prefill_tokens: int = 512
+    num_threads: int = 1
+    eos_token_id: int | None = None
+    profile: bool = False
+    spec: SpecConfig = field(default_factory=SpecConfig)
+
+    def __post_init__(self) -> None:
+        check_choice(self, "backend", BACKENDS)
+        check_positive(self, "max_batch", "kv_budget_tokens", "max_prefill_tokens", "num_threads")
+        eos = self.eos_token_id
+        check(
+            eos is None or 0 <= eos < self.model.vocab_size,
+            "GeneratorOptions.eos_token_id",
+            f"a token id below vocab_size {self.model.vocab_size}",
+            eos,
+        )

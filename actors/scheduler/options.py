@@ -1,0 +1,53 @@
+"""SchedulerOptions: the rollout scheduler's policy and limits.
+
+The number of generators is not an option: it is the topology's count of "generator"
+actors, which the scheduler reads from its context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from actors.options import check, check_choice, check_positive
+from actors.scheduler.policy import POLICY_NAMES
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerOptions:
+    """`policy`: one of `POLICY_NAMES` (a rollout may name another). `chunk_size`: tokens
+    per chunk for chunked policies. `max_running_per_instance` and `kv_high_watermark`:
+    capacity per generator. `affinity_spread`: how much busier the instance holding a
+    request's KV may be before the request moves. `starvation_s`: context-aware's
+    anti-starvation age. `health_interval_s` / `health_timeout_s`: how often generators with
+    work are asked for their load, and how long before one counts as lost."""
+
+    policy: str = "context_aware"
+    chunk_size: int = 128
+    max_running_per_instance: int = 32
+    kv_high_watermark: float = 0.9
+    affinity_spread: int = 4
+    starvation_s: float = 60.0
+    health_interval_s: float = 2.0
+    health_timeout_s: float = 5.0
+    growth_reserve: int | None = None
+
+    def __post_init__(self) -> None:
+        check_choice(self, "policy", POLICY_NAMES)
+        check_positive(
+            self,
+            "chunk_size",
+            "max_running_per_instance",
+            "starvation_s",
+            "health_interval_s",
+            "health_timeout_s",
+        )
+        hw = self.kv_high_watermark
+        check(0 < hw <= 1, "SchedulerOptions.kv_high_watermark", "in (0, 1]", hw)
+        check(
+            self.affinity_spread >= 0,
+            "SchedulerOptions.affinity_spread",
+            ">= 0",
+            self.affinity_spread,
+        )
+        reserve = self.growth_reserve
+        check(reserve is None or reserve >= 0, "SchedulerOptions.growth_reserve", ">= 0", reserve)

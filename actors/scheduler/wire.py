@@ -1,0 +1,52 @@
+"""The scheduler's wire <-> domain conversions, in one place beside its shell."""
+
+from __future__ import annotations
+
+from actors.scheduler.state import Dispatch, InstanceLoad, RequestState
+from transport.messages import ChunkAssigned, LoadInfo, RequestSpec
+
+
+def instance_load(load: LoadInfo) -> InstanceLoad:
+    """A generator's telemetry as the core sees it (engine-queued chunks count as running)."""
+    return InstanceLoad(
+        index=load.instance,
+        num_running=load.num_running + load.num_waiting,
+        kv_tokens_used=load.kv_tokens_used,
+        kv_tokens_total=load.kv_tokens_total,
+        max_running=load.max_running,
+    )
+
+
+def request_state(spec: RequestSpec, arrival: int) -> RequestState:
+    """The scheduler's view of a request: the generation limit, never a forced length."""
+    return RequestState(
+        request_id=spec.request_id,
+        group_id=spec.group_id,
+        is_probe=spec.is_probe,
+        prompt_len=len(spec.prompt_ids),
+        max_new_tokens=spec.sampling.max_new_tokens,
+        arrival=arrival,
+    )
+
+
+def chunk_assigned(
+    rollout_id: str,
+    d: Dispatch,
+    spec: RequestSpec,
+    generated: tuple[int, ...],
+    weight_version: int,
+) -> ChunkAssigned:
+    """The message that runs dispatch `d` (a forced length, benchmarks only, caps the total)."""
+    return ChunkAssigned(
+        rollout_id=rollout_id,
+        request_id=d.request_id,
+        chunk_seq=d.chunk_seq,
+        prompt_ids=spec.prompt_ids,
+        generated_ids=generated,
+        max_tokens=d.max_tokens,
+        total_limit=spec.forced_len or spec.sampling.max_new_tokens,
+        sampling=spec.sampling,
+        weight_version=weight_version,
+        group_id=spec.group_id,
+        is_probe=spec.is_probe,
+    )

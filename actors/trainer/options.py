@@ -1,0 +1,54 @@
+"""TrainerOptions: the policy model, the GRPO update's hyper-parameters, weight publication.
+
+The number of generators to publish to is not an option: it is the topology's count of
+"generator" actors, which the trainer reads from its context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from actors.model.options import ModelOptions
+from actors.options import check, check_positive
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainerOptions:
+    """`model`: the same policy the generators hold (a TOML sub-table). `mini_batch_size`
+    None: one optimiser step per epoch. `bucket_bytes`: the size of one weight bucket sent
+    to a generator."""
+
+    model: ModelOptions = field(default_factory=ModelOptions)
+    lr: float = 1e-4
+    kl_coef: float = 0.0
+    clip_eps: float = 0.2
+    max_grad_norm: float = 1.0
+    micro_batch_size: int = 16
+    mini_batch_size: int | None = None
+    epochs: int = 1
+    pad_id: int = 0
+    bucket_bytes: int = 16 << 20
+    num_threads: int = 2
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_positive(
+            self,
+            "lr",
+            "clip_eps",
+            "max_grad_norm",
+            "micro_batch_size",
+            "epochs",
+            "bucket_bytes",
+            "num_threads",
+        )
+        check(self.kl_coef >= 0, "TrainerOptions.kl_coef", ">= 0", self.kl_coef)
+        mini = self.mini_batch_size
+        check(mini is None or mini > 0, "TrainerOptions.mini_batch_size", "> 0 or None", mini)
+        pad = self.pad_id
+        check(
+            0 <= pad < self.model.vocab_size,
+            "TrainerOptions.pad_id",
+            f"a token id below vocab_size {self.model.vocab_size}",
+            pad,
+        )
