@@ -1,7 +1,9 @@
-// Compiled core of actors.drafts.suffix_tree: a path-compressed, depth-limited suffix tree
-// over many token sequences (SuffixDecoding semantics), with incremental matchers and
-// best-first draft building. Python wraps it (suffix_tree.py); semantics are specified there
-// and mirrored exactly by the pure-Python reference (suffix_tree_py.py).
+// Compiled suffix tree: a path-compressed, depth-limited suffix tree over many token
+// sequences (SuffixDecoding semantics), with incremental matchers and best-first draft
+// building. Python uses these classes directly (actors.drafts.suffix_tree picks them); they
+// implement SuffixTreeLike / MatcherLike of suffix_tree_api.py, where the semantics are
+// specified, with the same argument names, and return its SpecResult. The pure-Python
+// reference (suffix_tree_py.py) mirrors them exactly.
 //
 // Layout
 // - Every sequence's tokens live in a "store" (a token vector). A node stores a reference
@@ -287,7 +289,7 @@ class Tree {
     return 0;
   }
 
-  // Best-first draft from the matched position (see suffix_tree.py for the rules).
+  // Best-first draft from the matched position (see suffix_tree_api.py for the rules).
   void draft(Pos start, int max_tokens, int top_k, double min_prob, Draft& out) const {
     out.tokens.clear();
     out.parents.clear();
@@ -567,28 +569,59 @@ class Tree {
   std::vector<int64_t> order_;
 };
 
-py::tuple result_tuple(const Draft& d, int match_len) {
+// SpecResult of suffix_tree_api.py (a frozen, slotted dataclass), looked up on first use: an
+// import while this module initialises would re-enter the package's import. Results fill its
+// slots the way its own __init__ does (object.__setattr__) without running that Python
+// __init__, which would cost about as much as the draft itself; the lookup checks that the
+// fields are still these five.
+constexpr const char* kSpecResultFields[5] = {"token_ids", "parents", "probs", "score",
+                                              "match_len"};
+PyTypeObject* spec_result_type = nullptr;  // with the interned field names: kept for good
+PyObject* spec_result_names[5];
+
+void load_spec_result() {
+  py::object cls = py::module_::import("actors.drafts.suffix_tree_api").attr("SpecResult");
+  py::tuple expect(5);
+  for (size_t i = 0; i < 5; ++i) expect[i] = py::str(kSpecResultFields[i]);
+  if (!expect.equal(cls.attr("__slots__"))) {
+    throw py::type_error("SpecResult's fields changed: update _suffix_tree.cpp");
+  }
+  for (size_t i = 0; i < 5; ++i) {
+    spec_result_names[i] = PyUnicode_InternFromString(kSpecResultFields[i]);
+    if (spec_result_names[i] == nullptr) throw py::error_already_set();
+  }
+  spec_result_type = reinterpret_cast<PyTypeObject*>(cls.release().ptr());
+}
+
+py::object make_result(const Draft& d, int match_len) {
+  if (spec_result_type == nullptr) load_spec_result();
   const size_t n = d.tokens.size();
-  PyObject* toks = PyTuple_New(static_cast<Py_ssize_t>(n));
-  PyObject* pars = PyTuple_New(static_cast<Py_ssize_t>(n));
-  PyObject* probs = PyTuple_New(static_cast<Py_ssize_t>(n));
-  if (toks == nullptr || pars == nullptr || probs == nullptr) {
-    Py_XDECREF(toks);
-    Py_XDECREF(pars);
-    Py_XDECREF(probs);
-    throw py::error_already_set();
+  py::object fields[5] = {
+      py::reinterpret_steal<py::object>(PyTuple_New(static_cast<Py_ssize_t>(n))),
+      py::reinterpret_steal<py::object>(PyTuple_New(static_cast<Py_ssize_t>(n))),
+      py::reinterpret_steal<py::object>(PyTuple_New(static_cast<Py_ssize_t>(n))), {}, {}};
+  for (size_t f = 0; f < 3; ++f) {
+    if (!fields[f]) throw py::error_already_set();
   }
   double score = 0.0;
   for (size_t i = 0; i < n; ++i) {
     const auto k = static_cast<Py_ssize_t>(i);
-    PyTuple_SET_ITEM(toks, k, PyLong_FromLong(d.tokens[i]));
-    PyTuple_SET_ITEM(pars, k, PyLong_FromLong(d.parents[i]));
-    PyTuple_SET_ITEM(probs, k, PyFloat_FromDouble(d.probs[i]));
+    PyTuple_SET_ITEM(fields[0].ptr(), k, PyLong_FromLong(d.tokens[i]));
+    PyTuple_SET_ITEM(fields[1].ptr(), k, PyLong_FromLong(d.parents[i]));
+    PyTuple_SET_ITEM(fields[2].ptr(), k, PyFloat_FromDouble(d.probs[i]));
     score += d.probs[i];
   }
-  return py::make_tuple(py::reinterpret_steal<py::object>(toks),
-                        py::reinterpret_steal<py::object>(pars),
-                        py::reinterpret_steal<py::object>(probs), score, match_len);
+  fields[3] = py::float_(score);
+  fields[4] = py::int_(match_len);
+  PyTypeObject* type = spec_result_type;
+  auto out = py::reinterpret_steal<py::object>(type->tp_alloc(type, 0));
+  if (!out) throw py::error_already_set();
+  for (size_t f = 0; f < 5; ++f) {
+    if (PyObject_GenericSetAttr(out.ptr(), spec_result_names[f], fields[f].ptr()) != 0) {
+      throw py::error_already_set();
+    }
+  }
+  return out;
 }
 
 class Matcher {
@@ -620,8 +653,6 @@ class Matcher {
   }
 
   int match_len() const { return m_; }
-  int max_match() const { return max_match_; }
-  int slack() const { return slack_; }
 
   void reset() {
     buf_.clear();
@@ -629,7 +660,7 @@ class Matcher {
     m_ = 0;
   }
 
-  py::tuple speculate(int max_tokens, int top_k_paths, double min_prob) {
+  py::object speculate(int max_tokens, int top_k_paths, double min_prob) {
     check_draft_args(max_tokens, top_k_paths, min_prob);
     Pos pos{kRoot, 0};
     int L = std::min(m_, tree_->max_depth() - 1);
@@ -644,7 +675,7 @@ class Matcher {
       draft_.parents.clear();
       draft_.probs.clear();
     }
-    return result_tuple(draft_, L);
+    return make_result(draft_, L);
   }
 
  private:
@@ -670,7 +701,7 @@ py::list to_list(const std::vector<int32_t>& v) {
 }  // namespace
 
 PYBIND11_MODULE(_suffix_tree, m) {
-  m.doc() = "Compiled core of actors.drafts.suffix_tree (use the Python API there).";
+  m.doc() = "Compiled suffix tree (see actors.drafts.suffix_tree_api for the interface).";
 
   py::class_<Tree>(m, "SuffixTree")
       .def(py::init<int>(), py::arg("max_depth") = 64)
@@ -747,9 +778,9 @@ PYBIND11_MODULE(_suffix_tree, m) {
             const int L = t.match_len(c.data(), c.size(), max_match, &pos);
             Draft d;
             if (L > 0) t.draft(pos, max_tokens, top_k_paths, min_prob, d);
-            return result_tuple(d, L);
+            return make_result(d, L);
           },
-          py::arg("context"), py::arg("max_tokens"), py::arg("top_k_paths") = 1,
+          py::arg("context"), py::kw_only(), py::arg("max_tokens"), py::arg("top_k_paths") = 1,
           py::arg("min_prob") = 0.1, py::arg("max_match") = 32)
       .def(
           "matcher",
@@ -760,9 +791,7 @@ PYBIND11_MODULE(_suffix_tree, m) {
   py::class_<Matcher>(m, "Matcher")
       .def("feed", &Matcher::feed, py::arg("token_ids"))
       .def_property_readonly("match_len", &Matcher::match_len)
-      .def_property_readonly("max_match", &Matcher::max_match)
-      .def_property_readonly("slack", &Matcher::slack)
-      .def("speculate", &Matcher::speculate, py::arg("max_tokens"), py::arg("top_k_paths") = 1,
-           py::arg("min_prob") = 0.1)
+      .def("speculate", &Matcher::speculate, py::kw_only(), py::arg("max_tokens"),
+           py::arg("top_k_paths") = 1, py::arg("min_prob") = 0.1)
       .def("reset", &Matcher::reset);
 }

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from actors.drafts.suffix_tree import Matcher, SpecResult, SuffixTree
+from actors.drafts.suffix_tree import MatcherLike, SpecResult, SuffixTree
 from transport.messages import PROMPT_TAIL_TOKENS, DraftDeltas, GroupCursor, SyncDrafts, TokenAppend
 
 DraftMode = Literal["self", "group"]
@@ -95,7 +95,7 @@ class GroupReplica:
 class _Running:
     group: str
     chunk_seq: int
-    matcher: Matcher
+    matcher: MatcherLike
     num_tokens: int  # the request's response tokens so far
     sent: int  # of which the store has been sent (queued) this many
     pending: list[int] = field(default_factory=list)  # not yet in the tree and matcher

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from actors.drafts.suffix_tree import SuffixTree
+from actors.drafts.suffix_tree import SuffixTree, SuffixTreeLike
 from transport.messages import (
     DraftDeltas,
     GroupCursor,
@@ -55,7 +55,7 @@ class GroupLog:
     group_id: str
     prompt_id: str
     prompt_tail: tuple[int, ...]
-    tree: SuffixTree
+    tree: SuffixTreeLike
     rollout_id: str = ""
     seqs: dict[str, SeqLog] = field(default_factory=dict)
     next_id: int = 0
@@ -169,7 +169,7 @@ class DraftStore:
     def is_closed(self, group_id: str) -> bool:
         return group_id in self._closed
 
-    def tree(self, group_id: str) -> SuffixTree:
+    def tree(self, group_id: str) -> SuffixTreeLike:
         return self.groups[group_id].tree
 
     # ---- appends ---------------------------------------------------------------------

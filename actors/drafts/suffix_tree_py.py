@@ -1,8 +1,7 @@
 """Pure-Python suffix tree (an uncompressed, depth-limited trie): the reference and fallback.
 
-Same API and results as the compiled core (``actors.drafts._suffix_tree``); the semantics
-are documented in ``actors.drafts.suffix_tree``. ``SuffixTreeBase`` / ``Matcher`` are the
-common types both implementations subclass (annotate with them, or with ``SuffixTree``).
+Same interface (``SuffixTreeLike`` / ``MatcherLike``) and results as the compiled core
+(``actors.drafts._suffix_tree``); the semantics are in ``actors.drafts.suffix_tree_api``.
 """
 
 from __future__ import annotations
@@ -10,27 +9,10 @@ from __future__ import annotations
 import heapq
 import operator
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from actors.drafts.suffix_tree_api import SpecResult
 
 _TOKEN_LIMIT = 2**31
-
-
-@dataclass(frozen=True, slots=True)
-class SpecResult:
-    """A draft read from a suffix tree.
-
-    ``token_ids`` are the draft nodes in topological order; ``parents[i]`` is the index of
-    node i's parent (-1: a child of the last real token), always < i; ``probs[i]`` is node
-    i's path probability (product of the conditional probabilities along its path);
-    ``score`` = sum(probs), the expected number of accepted tokens; ``match_len`` is the
-    length of the matched context suffix (0: no match, empty draft).
-    """
-
-    token_ids: tuple[int, ...]
-    parents: tuple[int, ...]
-    probs: tuple[float, ...]
-    score: float
-    match_len: int
 
 
 def as_tokens(token_ids: Sequence[int]) -> list[int]:
@@ -60,99 +42,6 @@ def make_result(
     return SpecResult(tuple(tokens), tuple(parents), tuple(probs), score, match_len)
 
 
-class Matcher:
-    """Incremental match state of one request's context against one tree.
-
-    ``feed`` the tokens the context gained; ``match_len`` is then the length of the matched
-    context suffix. On a tree that did not change between feeds it equals
-    ``tree.match_len(all_fed_tokens, max_match)``; when the tree grows it may lag (a lower
-    bound) and catches up by ``slack`` per feed.
-    """
-
-    __slots__ = ()
-
-    def feed(self, token_ids: Sequence[int]) -> None:
-        raise NotImplementedError
-
-    @property
-    def match_len(self) -> int:
-        raise NotImplementedError
-
-    def speculate(
-        self, *, max_tokens: int, top_k_paths: int = 1, min_prob: float = 0.1
-    ) -> SpecResult:
-        raise NotImplementedError
-
-    def reset(self) -> None:
-        raise NotImplementedError
-
-
-class SuffixTreeBase:
-    """The suffix tree API (see ``actors.drafts.suffix_tree``)."""
-
-    __slots__ = ()
-
-    def __init__(self, max_depth: int = 64) -> None:
-        pass
-
-    @property
-    def max_depth(self) -> int:
-        raise NotImplementedError
-
-    @property
-    def num_sequences(self) -> int:
-        raise NotImplementedError
-
-    @property
-    def num_tokens(self) -> int:
-        raise NotImplementedError
-
-    @property
-    def num_nodes(self) -> int:
-        raise NotImplementedError
-
-    def append(self, seq_id: int, token_ids: Sequence[int]) -> None:
-        raise NotImplementedError
-
-    def remove(self, seq_id: int) -> None:
-        raise NotImplementedError
-
-    def has_sequence(self, seq_id: int) -> bool:
-        raise NotImplementedError
-
-    def seq_len(self, seq_id: int) -> int:
-        raise NotImplementedError
-
-    def seq_ids(self) -> list[int]:
-        raise NotImplementedError
-
-    def tokens(self, seq_id: int) -> list[int]:
-        raise NotImplementedError
-
-    def count(self, pattern: Sequence[int]) -> int:
-        raise NotImplementedError
-
-    def continuations(self, pattern: Sequence[int]) -> dict[int, int]:
-        raise NotImplementedError
-
-    def match_len(self, context: Sequence[int], max_match: int) -> int:
-        raise NotImplementedError
-
-    def speculate(
-        self,
-        context: Sequence[int],
-        *,
-        max_tokens: int,
-        top_k_paths: int = 1,
-        min_prob: float = 0.1,
-        max_match: int = 32,
-    ) -> SpecResult:
-        raise NotImplementedError
-
-    def matcher(self, max_match: int = 32, slack: int = 8) -> Matcher:
-        raise NotImplementedError
-
-
 class _Node:
     __slots__ = ("children", "count")
 
@@ -170,7 +59,7 @@ class _Seq:
         self.active: list[_Node] = []
 
 
-class PySuffixTree(SuffixTreeBase):
+class PySuffixTree:
     """Depth-limited trie of all suffixes of many sequences, with per-node counts."""
 
     __slots__ = ("_max_depth", "_num_nodes", "_num_tokens", "_root", "_seqs")
@@ -310,7 +199,9 @@ class PySuffixTree(SuffixTreeBase):
         return PyMatcher(self, max_match, slack)
 
 
-class PyMatcher(Matcher):
+class PyMatcher:
+    """One request's incremental match against a ``PySuffixTree`` (see ``MatcherLike``)."""
+
     __slots__ = ("_buf", "_m", "_max_match", "_slack", "_total", "_tree")
 
     def __init__(self, tree: PySuffixTree, max_match: int = 32, slack: int = 8) -> None:
@@ -364,7 +255,7 @@ def _subtree_size(node: _Node) -> int:
 def _draft(
     node: _Node | None, match_len: int, max_tokens: int, top_k: int, min_prob: float
 ) -> SpecResult:
-    """Best-first draft below ``node`` (the matched pattern); see suffix_tree.py for rules."""
+    """Best-first draft below ``node`` (the matched pattern); see suffix_tree_api.py for rules."""
     tokens: list[int] = []
     parents: list[int] = []
     probs: list[float] = []

@@ -24,7 +24,7 @@ from actors.drafts.suffix_tree import (
     HAVE_COMPILED_CORE,
     PySuffixTree,
     SuffixTree,
-    SuffixTreeBase,
+    SuffixTreeLike,
 )
 
 __all__ = ["bench_core", "similar_sequences"]
@@ -65,8 +65,8 @@ def similar_sequences(
 
 
 def _build(
-    cls: type[SuffixTreeBase], sequences: Sequence[Sequence[int]], max_depth: int, batch: int
-) -> tuple[SuffixTreeBase, float]:
+    cls: type[SuffixTreeLike], sequences: Sequence[Sequence[int]], max_depth: int, batch: int
+) -> tuple[SuffixTreeLike, float]:
     chunks = [[list(s[i : i + batch]) for i in range(0, len(s), batch)] for s in sequences]
     order = [
         (sid, c[r])
@@ -82,7 +82,7 @@ def _build(
 
 
 def _spec_time(
-    tree: SuffixTreeBase,
+    tree: SuffixTreeLike,
     samples: list[tuple[list[int], int]],
     top_k_paths: int,
     max_match: int,
@@ -115,7 +115,7 @@ def bench_core(
     ``impl``: "auto" (the selected ``SuffixTree``), "cpp" or "python".
     """
     if impl == "python":
-        cls: type[SuffixTreeBase] = PySuffixTree
+        cls: type[SuffixTreeLike] = PySuffixTree
     elif impl == "cpp" and not HAVE_COMPILED_CORE:
         raise RuntimeError("the compiled suffix tree is not built")
     else:
@@ -131,7 +131,7 @@ def bench_core(
     append_rates: list[float] = []
     spec: list[float] = []
     chain: list[float] = []
-    tree: SuffixTreeBase | None = None
+    tree: SuffixTreeLike | None = None
     for _ in range(max(1, repeats)):
         tree, secs = _build(cls, sequences, max_depth, batch)
         append_rates.append(num_tokens / secs if secs > 0 else float("inf"))

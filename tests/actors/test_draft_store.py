@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from actors.drafts.client import DraftClient
 from actors.drafts.store import HISTORY_PREFIX, DraftStore
-from actors.drafts.suffix_tree import SuffixTree
+from actors.drafts.suffix_tree import SuffixTreeLike
 from transport.messages import GroupCursor, GroupInfo, SyncDrafts, TokenAppend
 
 TAIL = (7, 8, 9)
@@ -30,7 +30,7 @@ def put(gid: str, rid: str, start: int, tokens: list[int], chunk: int = 0) -> To
     )
 
 
-def tree_patterns(tree: SuffixTree, depth: int) -> dict[tuple[int, ...], int]:
+def tree_patterns(tree: SuffixTreeLike, depth: int) -> dict[tuple[int, ...], int]:
     """Every pattern present in `tree` up to `depth`, with its count."""
     out: dict[tuple[int, ...], int] = {}
     frontier: list[tuple[int, ...]] = [()]

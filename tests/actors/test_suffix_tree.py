@@ -7,27 +7,29 @@ import random
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.drafts import suffix_tree as stmod
 from actors.drafts.suffix_tree import (
-    CSuffixTree,
+    HAVE_COMPILED_CORE,
+    MatcherLike,
     PySuffixTree,
     SpecResult,
     SuffixTree,
-    SuffixTreeBase,
+    SuffixTreeLike,
 )
 from pipeline.bench.drafts_core import bench_core, similar_sequences
 
-Impl = Callable[[int], SuffixTreeBase]
+Impl = type[SuffixTreeLike]
+# The two implementations: the pure-Python twin and the compiled core (when built).
+CompiledSuffixTree: Impl | None = SuffixTree if HAVE_COMPILED_CORE else None
 IMPLS: list[Impl] = [PySuffixTree]
-if CSuffixTree is not None:
-    IMPLS.append(CSuffixTree)
-impl_param = pytest.mark.parametrize("impl", IMPLS, ids=lambda c: c.__name__)
+if CompiledSuffixTree is not None:
+    IMPLS.append(CompiledSuffixTree)
+impl_param = pytest.mark.parametrize("impl", IMPLS, ids=["python", "compiled"][: len(IMPLS)])
 
 FAST = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ALPHA = 4
@@ -64,7 +66,7 @@ def bf_match(counts: Counter[tuple[int, ...]], ctx: Sequence[int], max_match: in
     return 0
 
 
-def check_against(tree: SuffixTreeBase, seqs: dict[int, list[int]]) -> None:
+def check_against(tree: SuffixTreeLike, seqs: dict[int, list[int]]) -> None:
     d = tree.max_depth
     vals = list(seqs.values())
     counts = bf_all_counts(vals, d)
@@ -89,7 +91,7 @@ def check_against(tree: SuffixTreeBase, seqs: dict[int, list[int]]) -> None:
 
 def interleaved_build(
     impl: Impl, max_depth: int, seqs: dict[int, list[int]], rng: random.Random
-) -> SuffixTreeBase:
+) -> SuffixTreeLike:
     """Append the sequences in random batches, interleaved across sequences."""
     tree = impl(max_depth)
     pos = dict.fromkeys(seqs, 0)
@@ -116,8 +118,11 @@ def with_ids(lists: list[list[int]], ids: list[int]) -> dict[int, list[int]]:
 
 
 def test_selected_impl() -> None:
-    assert stmod.HAVE_COMPILED_CORE, "the compiled core should be built (pip install -e .)"
-    assert SuffixTree is CSuffixTree
+    assert HAVE_COMPILED_CORE, "the compiled core should be built (pip install -e .)"
+    from actors.drafts import _suffix_tree
+
+    assert SuffixTree is _suffix_tree.SuffixTree  # the pybind11 class itself, no wrapper
+    assert type(SuffixTree(4).matcher()) is _suffix_tree.Matcher
 
 
 @impl_param
@@ -369,10 +374,10 @@ def test_speculate_properties_and_impls_agree(
         assert all(abs(a - b) <= 1e-9 for a, b in zip(r.probs, results[0].probs, strict=True))
 
 
-@pytest.mark.skipif(CSuffixTree is None, reason="no compiled core")
+@pytest.mark.skipif(CompiledSuffixTree is None, reason="no compiled core")
 def test_impls_agree_on_larger_random_trees() -> None:
     """Longer sequences with shared segments, big fan-out (binary-search children)."""
-    assert CSuffixTree is not None
+    assert CompiledSuffixTree is not None
     rng = random.Random(7)
     shared = [rng.randrange(40) for _ in range(60)]
     seqs = {}
@@ -385,8 +390,8 @@ def test_impls_agree_on_larger_random_trees() -> None:
             else:
                 toks.append(rng.randrange(40))
         seqs[sid] = toks
-    trees = [interleaved_build(c, 12, seqs, random.Random(3)) for c in (PySuffixTree, CSuffixTree)]
-    py, cc = trees
+    py = interleaved_build(PySuffixTree, 12, seqs, random.Random(3))
+    cc = interleaved_build(CompiledSuffixTree, 12, seqs, random.Random(3))
     assert py.num_tokens == cc.num_tokens
     for _ in range(300):
         sid = rng.randrange(8)
@@ -424,6 +429,38 @@ def test_draft_examples(impl: Impl) -> None:
     # an occurrence only at a sequence's end does not match: [1, 2] ends sequence 1
     assert tree.match_len([1, 2], 8) == 0
     assert tree.speculate([7], max_tokens=3) == SpecResult((), (), (), 0.0, 0)
+
+
+# --- interface ----------------------------------------------------------------------------
+
+
+def public_members(protocol: type) -> set[str]:
+    return {name for name in vars(protocol) if not name.startswith("_")}
+
+
+@impl_param
+def test_interface_members_and_argument_names(impl: Impl) -> None:
+    """Both implementations have every member of the interface and take its keywords
+    (keyword-only where it says so)."""
+    tree = impl(max_depth=4)
+    assert public_members(SuffixTreeLike) <= set(dir(tree))
+    tree.append(seq_id=1, token_ids=[1, 2, 1, 3])
+    assert tree.count(pattern=[1]) == 2 and tree.continuations(pattern=[1]) == {2: 1, 3: 1}
+    assert tree.has_sequence(seq_id=1) and tree.seq_len(seq_id=1) == 4
+    assert tree.tokens(seq_id=1) == [1, 2, 1, 3]
+    assert tree.match_len(context=[1], max_match=2) == 1
+    r = tree.speculate(context=[1], max_tokens=2, top_k_paths=2, min_prob=0.1, max_match=2)
+    assert type(r) is SpecResult and r == SpecResult((2, 1), (-1, 0), (0.5, 0.5), 1.0, 1)
+    m = tree.matcher(max_match=2, slack=1)
+    assert public_members(MatcherLike) <= set(dir(m))
+    m.feed(token_ids=[1])
+    assert m.speculate(max_tokens=2, top_k_paths=2, min_prob=0.1) == r
+    with pytest.raises(TypeError):
+        tree.speculate([1], 2)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        m.speculate(2)  # type: ignore[misc]
+    tree.remove(seq_id=1)
+    assert tree.num_sequences == 0
 
 
 # --- bad input ----------------------------------------------------------------------------
@@ -475,7 +512,7 @@ def test_fallback_without_compiled_core() -> None:
     code = (
         "import sys; sys.modules['actors.drafts._suffix_tree'] = None\n"
         "import actors.drafts.suffix_tree as m\n"
-        "assert not m.HAVE_COMPILED_CORE and m.CSuffixTree is None\n"
+        "assert not m.HAVE_COMPILED_CORE\n"
         "assert m.SuffixTree is m.PySuffixTree\n"
         "t = m.SuffixTree(8); t.append(1, [1, 2, 3]); assert t.count([2]) == 1\n"
     )
@@ -491,6 +528,6 @@ def test_bench_core_smoke(impl: str) -> None:
     seqs = similar_sequences(3, 120, vocab=30, seed=1)
     res = bench_core(seqs, max_depth=16, repeats=1, num_samples=20, impl=impl)
     assert res["num_tokens"] == 360
-    assert res["impl"] == ("python" if impl == "python" or CSuffixTree is None else "cpp")
+    assert res["impl"] == ("python" if impl == "python" or not HAVE_COMPILED_CORE else "cpp")
     for key in ("append_tok_per_s", "speculate_us", "speculate_us_chain"):
         assert isinstance(res[key], float) and res[key] > 0
