@@ -43,6 +43,7 @@ from rich.table import Table
 from actors.drafts.store import PROMPT_TAIL_TOKENS
 from actors.drafts.suffix_tree import HAVE_COMPILED_CORE, SuffixTree
 from pipeline.bench.drafts_core import bench_core
+from pipeline.report import LiveReport
 from pipeline.rl_config import RunConfig, generator_table, model_options, warm_model
 from pipeline.rollout.api import Rollout, rollout_config
 from pipeline.tasks import get_task
@@ -179,7 +180,7 @@ def run(
     console = Console()
     cfg = RunConfig()
     task = get_task(cfg.task)
-    model_path = model or warm_model(cfg, task, lambda row: console.print(f"[dim]{row}[/]"))
+    model_path = model or warm_model(cfg, task, LiveReport(console))
     gen = generator_table(model_options(cfg, task, model_path))
     num_prompts = 32 if quick else 128
     repeats = repeats or (1 if quick else 4)
