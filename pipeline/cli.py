@@ -47,7 +47,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             ("policy", args.policy),
             ("iterations", args.iterations),
             ("resume", args.resume),
-            ("warm_start_s", args.warm_start_s),
+            ("warm_start_steps", args.warm_start_steps),
         )
         if v is not None
     }
@@ -135,11 +135,17 @@ def _cmd_keys(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="seer", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="the main job: GRPO on the embedded default task")
+    # allow_abbrev=False: the retired --warm-start-s (seconds) must not pass as an
+    # abbreviation of --warm-start-steps
+    run = sub.add_parser(
+        "run", help="the main job: GRPO on the embedded default task", allow_abbrev=False
+    )
     run.add_argument("--config", help="TOML mapping onto RunConfig (pipeline/rl_config.py)")
     run.add_argument("--policy", help="rollout scheduling: context_aware (default), baseline, ...")
     run.add_argument("--iterations", type=int)
-    run.add_argument("--warm-start-s", type=float, help="supervised warm start budget (0: none)")
+    run.add_argument(
+        "--warm-start-steps", type=int, help="supervised warm start optimiser steps (0: none)"
+    )
     run.add_argument("--resume", help="a checkpoint folder of an earlier run")
     run.add_argument("--out", help="run folder (default: runs/run-<time>)")
     run.set_defaults(fn=_cmd_run)

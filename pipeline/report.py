@@ -7,6 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 COLUMNS = (
@@ -25,16 +33,17 @@ COLUMNS = (
 
 
 class LiveReport:
-    """Prints one line per iteration as it finishes, and warm-start progress."""
+    """Prints one line per iteration as it finishes; warm-start progress is a bar with the
+    steps done, the last loss and an estimate of the time left."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
         self.header_done = False
+        self.warm_bar: Progress | None = None
 
     def __call__(self, row: dict[str, Any]) -> None:
         if "warm_start" in row:
-            info = row["warm_start"]
-            self.console.print(f"[dim]warm start: {_fmt_info(info)}[/]")
+            self.warm_start(row["warm_start"])
             return
         if not self.header_done:
             self.console.print("  ".join(f"{title:>9}" for _, title, _ in COLUMNS))
@@ -42,13 +51,25 @@ class LiveReport:
         cells = [fmt.format(row[key]) if key in row else "-" for key, _, fmt in COLUMNS]
         self.console.print("  ".join(f"{c:>9}" for c in cells))
 
-
-def _fmt_info(info: Any) -> str:
-    if isinstance(info, dict):
-        return ", ".join(
-            f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.items()
-        )
-    return str(info)
+    def warm_start(self, info: dict[str, Any]) -> None:
+        """One step of the warm start: ``step`` of ``steps`` done, with its ``loss``."""
+        if self.warm_bar is None:
+            self.warm_bar = Progress(
+                TextColumn("[dim]warm start[/]"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("steps, loss {task.fields[loss]:.3f}"),
+                TimeElapsedColumn(),
+                TextColumn("left"),
+                TimeRemainingColumn(),
+                console=self.console,
+            )
+            self.warm_bar.add_task("warm start", total=info["steps"], loss=info["loss"])
+            self.warm_bar.start()
+        self.warm_bar.update(self.warm_bar.task_ids[0], completed=info["step"], loss=info["loss"])
+        if info["step"] >= info["steps"]:
+            self.warm_bar.stop()
+            self.warm_bar = None
 
 
 def summary_table(rows: list[dict[str, Any]], title: str) -> Table:

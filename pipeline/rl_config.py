@@ -13,6 +13,7 @@ from actors.model import ModelOptions
 from pipeline.config import ActorGroup, PipelineConfig, Topology
 from pipeline.rollout.api import rollout_config
 from pipeline.tasks import Task
+from pipeline.tasks.warmstart import DEFAULT_STEPS, warm_start
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,7 +30,7 @@ class RunConfig:
     generator: GeneratorOptions = field(
         default_factory=lambda: GeneratorOptions(model=ModelOptions(max_context=512))
     )
-    warm_start_s: float = 60.0  # 0 = start from the random model; 60 s leaves RL room (~50%)
+    warm_start_steps: int = DEFAULT_STEPS  # 0 = start from the random model; leaves RL room
     cache_dir: str = "runs/cache"
     lr: float = 1e-3
     kl_coef: float = 0.0
@@ -49,6 +50,8 @@ class RunConfig:
         for name in ("iterations", "prompts_per_iteration", "group_size", "max_new_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"RunConfig.{name} must be >= 1")
+        if self.warm_start_steps < 0:
+            raise ValueError("RunConfig.warm_start_steps must be >= 0 (0: no warm start)")
 
 
 def generator_options(cfg: RunConfig, task: Task, model_path: str) -> GeneratorOptions:
@@ -64,16 +67,14 @@ def options_table(options: Any) -> dict[str, Any]:
 
 def warm_model(cfg: RunConfig, task: Task, progress: Callable[[dict[str, Any]], None]) -> str:
     """The warm-started model's path (trained once, then cached), or "" for a random one."""
-    if cfg.warm_start_s <= 0:
+    if cfg.warm_start_steps == 0:
         return ""
-    from pipeline.tasks.warmstart import warm_start
-
     config = generator_options(cfg, task, "").model.config()
     path = warm_start(
         task,
         config,
         cache_dir=Path(cfg.cache_dir),
-        seconds=cfg.warm_start_s,
+        steps=cfg.warm_start_steps,
         seed=cfg.seed,
         progress=lambda info: progress({"warm_start": info}),
     )

@@ -42,6 +42,7 @@ from rich.table import Table
 
 from actors.drafts.suffix_tree import HAVE_COMPILED_CORE, SuffixTree
 from pipeline.bench.drafts_core import bench_core
+from pipeline.report import LiveReport
 from pipeline.rl_config import RunConfig, generator_options, options_table, warm_model
 from pipeline.rollout.api import Rollout, rollout_config
 from pipeline.tasks import get_task
@@ -178,7 +179,7 @@ def run(
     console = Console()
     cfg = RunConfig()
     task = get_task(cfg.task)
-    model_path = model or warm_model(cfg, task, lambda row: console.print(f"[dim]{row}[/]"))
+    model_path = model or warm_model(cfg, task, LiveReport(console))
     gen = options_table(generator_options(cfg, task, model_path))
     num_prompts = 32 if quick else 128
     repeats = repeats or (1 if quick else 4)

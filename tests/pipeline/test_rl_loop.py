@@ -31,7 +31,7 @@ def toy_config(tmp_path: Path, **kw: object) -> RunConfig:
         group_size=4,
         max_new_tokens=6,
         generator=TINY,
-        warm_start_s=0,
+        warm_start_steps=0,
         lr=3e-2,
         seed=3,
         out_dir=str(tmp_path / "run"),
