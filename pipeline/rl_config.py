@@ -31,6 +31,8 @@ class RunConfig:
         default_factory=lambda: GeneratorOptions(model=ModelOptions(max_context=512))
     )
     warm_start_steps: int = DEFAULT_STEPS  # 0 = start from the random model; leaves RL room
+    curriculum: bool = True  # draw prompts where groups disagree (tasks with difficulty())
+    curriculum_pool: int = 4  # candidates drawn per prompt kept
     cache_dir: str = "runs/cache"
     lr: float = 1e-3
     kl_coef: float = 0.0

@@ -16,6 +16,7 @@ from pipeline.rl_config import RunConfig, rl_topology, warm_model
 from pipeline.rollout import Rollout
 from pipeline.rollout.api import Group
 from pipeline.tasks import Task, TaskPrompt, get_task
+from pipeline.tasks.curriculum import Curriculum
 from transport.messages import (
     LoadCheckpoint,
     PromptSpec,
@@ -42,11 +43,14 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
             report = await rollout.call_actor("trainer", LoadCheckpoint(path=cfg.resume))
             assert isinstance(report, TrainReport)
             rollout.weight_version, first = report.version, report.iteration + 1
+        curriculum = make_curriculum(cfg, task, Path(cfg.resume) if cfg.resume else None)
         held_out = task.sample_prompts(cfg.eval_prompts, np.random.default_rng([cfg.seed, 10**9]))
-        eval_before = await evaluate(rollout, task, held_out, cfg) if cfg.eval_prompts else None
+        eval_before = None
+        if cfg.eval_prompts:
+            eval_before = await evaluate_held_out(rollout, task, held_out, cfg)
         for it in range(first, cfg.iterations):
             rng = np.random.default_rng([cfg.seed, it])  # resumable: a function of (seed, it)
-            prompts = task.sample_prompts(cfg.prompts_per_iteration, rng)
+            prompts = draw_prompts(task, curriculum, cfg.prompts_per_iteration, rng)
             start = time.perf_counter()
             result = await rollout.generate_with_record(
                 [
@@ -59,6 +63,9 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
             )
             rollout_s = time.perf_counter() - start
             samples, rewards = score(task, prompts, result.groups)
+            if curriculum is not None:
+                per_prompt = np.asarray(rewards).reshape(len(prompts), cfg.group_size)
+                curriculum.update(prompts, per_prompt.mean(axis=1).tolist())
             start = time.perf_counter()
             report = await rollout.call_actor(
                 "trainer",
@@ -82,10 +89,12 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 "policy": cfg.policy or "context_aware",
                 **{f"train_{k}": v for k, v in report.stats.items()},
             }
+            if curriculum is not None:
+                row["curriculum_success"] = curriculum.state()["success"]
             if cfg.eval_prompts and (
                 it + 1 == cfg.iterations or (cfg.eval_every and (it + 1) % cfg.eval_every == 0)
             ):
-                row["eval_reward"] = await evaluate(rollout, task, held_out, cfg)
+                row["eval_reward"] = await evaluate_held_out(rollout, task, held_out, cfg)
                 if eval_before is not None:
                     row["eval_reward_before"] = eval_before
             rows.append(row)
@@ -96,11 +105,37 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 await rollout.call_actor(
                     "trainer", SaveCheckpoint(path=str(out / "checkpoint"), iteration=it)
                 )
+                if curriculum is not None:
+                    state = json.dumps(curriculum.state())
+                    (out / "checkpoint" / CURRICULUM_FILE).write_text(state)
             progress(row)
     return rows
 
 
-async def evaluate(
+CURRICULUM_FILE = "curriculum.json"
+
+
+def make_curriculum(cfg: RunConfig, task: Task, resume: Path | None) -> Curriculum | None:
+    """The prompt curriculum, for a task that grades its prompts (restored on resume)."""
+    difficulty = getattr(task, "difficulty", None)
+    if not cfg.curriculum or difficulty is None:
+        return None
+    curriculum = Curriculum(difficulty, pool_factor=cfg.curriculum_pool)
+    saved = resume / CURRICULUM_FILE if resume is not None else None
+    if saved is not None and saved.exists():
+        curriculum.load(json.loads(saved.read_text()))
+    return curriculum
+
+
+def draw_prompts(
+    task: Task, curriculum: Curriculum | None, n: int, rng: np.random.Generator
+) -> list[TaskPrompt]:
+    if curriculum is None:
+        return task.sample_prompts(n, rng)
+    return curriculum.select(task.sample_prompts(n * curriculum.pool_factor, rng), n, rng)
+
+
+async def evaluate_held_out(
     rollout: Rollout, task: Task, prompts: list[TaskPrompt], cfg: RunConfig
 ) -> float:
     """Mean reward on fixed held-out prompts with fixed sampling seeds: the learning curve

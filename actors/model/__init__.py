@@ -7,9 +7,9 @@ from actors.model.options import ModelOptions, build_model
 from actors.model.tokenizer import ByteTokenizer
 from actors.model.weights import (
     hf_config,
-    load_config,
     load_hf_folder,
     load_model,
+    load_model_config,
     load_state_dict,
     load_weights_into,
     save_model,
@@ -25,9 +25,9 @@ __all__ = [
     "build_model",
     "causal_mask",
     "hf_config",
-    "load_config",
     "load_hf_folder",
     "load_model",
+    "load_model_config",
     "load_state_dict",
     "load_weights_into",
     "save_model",

@@ -32,7 +32,7 @@ def save_model(model: LlamaModel, path: StrPath, metadata: Mapping[str, str] | N
     save_file(_unshared_state(model), str(path), metadata=meta)
 
 
-def load_config(path: StrPath) -> ModelConfig:
+def load_model_config(path: StrPath) -> ModelConfig:
     with safe_open(str(path), framework="pt") as handle:
         meta = handle.metadata() or {}
     if _CONFIG_KEY not in meta:
@@ -45,7 +45,7 @@ def load_state_dict(path: StrPath) -> dict[str, torch.Tensor]:
 
 
 def load_model(path: StrPath) -> LlamaModel:
-    model = LlamaModel(load_config(path))
+    model = LlamaModel(load_model_config(path))
     load_weights_into(model, load_state_dict(path))
     return model
 

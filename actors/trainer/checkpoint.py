@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from actors.model import load_config, load_state_dict, load_weights_into, save_model
+from actors.model import load_model_config, load_state_dict, load_weights_into, save_model
 from actors.model.weights import StrPath
 from actors.trainer.core import GRPOTrainer
 
@@ -85,7 +85,7 @@ def load_checkpoint(trainer: GRPOTrainer, path: StrPath) -> dict[str, Any]:
         if not (folder / name).is_file() or _sha256(folder / name) != digest:
             raise CheckpointError(f"checkpoint {folder}: {name} is missing or corrupt")
     try:
-        config = load_config(folder / _MODEL)
+        config = load_model_config(folder / _MODEL)
         weights = load_state_dict(folder / _MODEL)
         state = torch.load(folder / _STATE, weights_only=True)
     except Exception as exc:

@@ -108,6 +108,10 @@ class Countdown:
                 chosen.add(int(candidate))
         return n, sorted(chosen)
 
+    def difficulty(self, prompt: TaskPrompt) -> int:
+        """The curriculum's bucket: log2 N (answers are about N / 2.2 tokens long)."""
+        return int(prompt.meta["n"]).bit_length() - 1
+
     # ---- verifier ------------------------------------------------------------------------
     def verdict(self, prompt: TaskPrompt, completion: Sequence[int]) -> str:
         """``"ok"`` for a valid answer, else a short reason."""
