@@ -220,11 +220,13 @@ class RequestSocket(_Socket):
         self._replies: dict[bytes, Message | Exception] = {}
         self._pending: set[bytes] = set()
         self._lock = anyio.Lock()
-        self._monitor: zmq.Socket[bytes] = zmq.Socket.shadow(
-            sock.get_monitor_socket(
-                zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
-            ).underlying
+        # the monitor's own socket object owns its handle and is closed exactly once, in
+        # close(); the sync shadow only reads events without blocking (closing the shadow
+        # too would close one zmq handle twice)
+        self._monitor_owner = sock.get_monitor_socket(
+            zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
         )
+        self._monitor: zmq.Socket[bytes] = zmq.Socket.shadow(self._monitor_owner.underlying)
         self.state = "connecting"
 
     async def send(self, msg: Message) -> None:
@@ -300,10 +302,13 @@ class RequestSocket(_Socket):
                     )
 
     def close(self) -> None:
-        if not self._async.closed:
-            self._async.disable_monitor()
-            self._monitor.close(linger=0)
+        # No disable_monitor(): it waits, holding the GIL, for a libzmq lock that an I/O
+        # thread can hold while it is itself blocked (seen as a rare hang at close). Closing
+        # the DEALER stops its monitor when libzmq reaps it; then the event reader goes.
+        was_open = not self._async.closed
         super().close()
+        if was_open:
+            self._monitor_owner.close(linger=0)
 
 
 class ZmqTransport:
