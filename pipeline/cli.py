@@ -12,6 +12,7 @@ BENCHES = {
     "engine": "pipeline.bench.engine",
     "rollout": "pipeline.bench.rollout",
     "drafts": "pipeline.bench.drafts",
+    "scheduler": "pipeline.bench.scheduler",
 }
 
 
@@ -93,6 +94,8 @@ def _cmd_rollout(args: argparse.Namespace) -> int:
 
 
 def _cmd_actor(args: argparse.Namespace) -> int:
+    import os
+
     import anyio
 
     from pipeline.config import load_config
@@ -103,7 +106,16 @@ def _cmd_actor(args: argparse.Namespace) -> int:
     configure_logging(config.log_level)
     transport = zmq_transport(config)
     actor = build_actor(config, args.role, args.index, transport, in_process=False)
-    anyio.run(actor.run)
+    # SEER_PROFILE="<role>:<path>": cProfile this actor's process (`seer bench scheduler`)
+    role, _, path = os.environ.get("SEER_PROFILE", "").partition(":")
+    if role != args.role or not path:
+        anyio.run(actor.run)
+        return 0
+    import cProfile
+
+    with cProfile.Profile() as profiler:
+        anyio.run(actor.run)
+    profiler.dump_stats(path)
     return 0
 
 
@@ -117,6 +129,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             chunk_size=args.chunk_size,
             repeats=args.repeats,
         )
+    elif args.name == "scheduler":
+        module.run(args.json, quick=args.quick, repeats=args.repeats, profile=args.profile)
     elif args.name == "drafts":
         module.run(args.json, quick=args.quick, repeats=args.repeats, model=args.model)
     else:
@@ -165,8 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="smaller sizes (smoke test)")
     bench.add_argument("--trace", help="rollout: replay this recorded trace's workload")
     bench.add_argument("--chunk-size", type=int, default=128, help="rollout: tokens per chunk")
-    bench.add_argument("--repeats", type=int, help="rollout, drafts: runs per variant (median)")
+    bench.add_argument(
+        "--repeats", type=int, help="rollout, drafts, scheduler: runs per variant (median)"
+    )
     bench.add_argument("--model", help="drafts: a saved model to roll out (default: warm start)")
+    bench.add_argument("--profile", help="scheduler: write a cProfile of the scheduler here")
     bench.set_defaults(fn=_cmd_bench)
     keys = sub.add_parser("keys", help="create a CURVE key pair for tcp deployments")
     keys.add_argument("directory")

@@ -67,13 +67,27 @@ def _tuple_of(item: Check) -> Check:
     return check
 
 
+# Arrays of numbers (token ids, logprobs) are checked by the set of their item types, in C,
+# and item by item only when that set holds something else (to widen ints or to fail).
+_INT, _FLOAT = frozenset([int]), frozenset([float])
+
+
 def _int_tuple(v: Any, where: str) -> Any:
     if type(v) is not tuple and type(v) is not list:
         _fail(where, "array", v)
-    for x in v:
-        if type(x) is not int:
-            _fail(where + "[]", "int", x)
+    if not set(map(type, v)) <= _INT:
+        for x in v:
+            if type(x) is not int:
+                _fail(where + "[]", "int", x)
     return tuple(v)
+
+
+def _float_tuple(v: Any, where: str) -> Any:
+    if type(v) is not tuple and type(v) is not list:
+        _fail(where, "array", v)
+    if set(map(type, v)) <= _FLOAT:
+        return tuple(v)
+    return tuple([_check_float(x, where + "[]") for x in v])
 
 
 def _dict_of(value: Check) -> Check:
@@ -138,7 +152,9 @@ def compile_type(tp: Any, owner: str) -> Check:
             return _check_array
         return _union([compile_type(a, owner) for a in args], " | ".join(map(str, args)))
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-        return _int_tuple if args[0] is int else _tuple_of(compile_type(args[0], owner))
+        if args[0] is int or args[0] is float:
+            return _int_tuple if args[0] is int else _float_tuple
+        return _tuple_of(compile_type(args[0], owner))
     if origin is dict and args and args[0] is str:
         return _dict_of(compile_type(args[1], owner))
     if origin is typing.Literal:

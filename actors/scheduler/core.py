@@ -18,13 +18,18 @@ Guarantees:
 - Chunks: ``min(chunk_size, remaining)`` for chunked policies, all of ``remaining`` otherwise.
 - Requests a policy cannot place now are skipped, not waited on (work-conserving), so pinned
   or KV-heavy requests never block others.
+- Cost: with a ``ranked`` policy that capacity bounds, the waiting buffer is kept sorted by
+  KV home (``WaitingIndex``) and a dispatch decision looks at the first placeable request of
+  each home, not at every waiting request: its cost does not grow with the requests in
+  flight. Other policies (and ``indexed=False``, the reference) sort and scan the buffer;
+  both make the same decisions.
 
 It does not talk to generators, keep time, or retry: the actor shell does that.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -37,6 +42,7 @@ from actors.scheduler.state import (
     RequestState,
     UnknownRequestError,
 )
+from actors.scheduler.waiting import Key, WaitingIndex
 
 __all__ = ["COUNTER_NAMES", "SchedulerCore", "UnknownRequestError"]
 
@@ -53,7 +59,7 @@ class _Flight:
     instance: int
     max_tokens: int
     kv_need: int
-    pending: bool = True  # dispatched after the instance's last telemetry
+    telemetry: int  # how many load reports its instance had sent when it was dispatched
 
 
 class SchedulerCore:
@@ -67,6 +73,7 @@ class SchedulerCore:
         kv_high_watermark: float = 0.9,
         affinity_spread: int = 4,
         growth_reserve: int | None = None,
+        indexed: bool = True,
     ) -> None:
         _require(num_instances >= 1, "num_instances >= 1", num_instances)
         _require(chunk_size >= 1, "chunk_size >= 1", chunk_size)
@@ -99,8 +106,13 @@ class SchedulerCore:
             ProjectedLoad(index=i, max_running=max_running_per_instance)
             for i in range(num_instances)
         ]
+        # load reports per instance: a chunk dispatched since the last one is not yet in it
+        # (a counter, so that a report does not touch every chunk in flight there)
+        self._telemetry = [0] * num_instances
         self._down: set[int] = set()
         self._num_finished = 0
+        use_index = indexed and policy.ranked and policy.bounded_by_capacity
+        self._index = WaitingIndex(policy) if use_index else None
 
     def add(self, requests: Sequence[RequestState], now: float) -> None:
         """New requests enter the waiting buffer (duplicate ids raise ``ValueError``)."""
@@ -121,17 +133,20 @@ class SchedulerCore:
             r.enqueued_at, r.instance = now, None
             self._requests[r.request_id] = r
             self._waiting[r.request_id] = r
+            if self._index is not None:
+                self._index.insert(r, None)
 
     def update_load(self, load: InstanceLoad) -> None:
         """Fresh telemetry replaces the projection; it also marks the instance as up."""
         proj = self._loads[self._check_instance(load.index)]
         proj.kv_tokens_used, proj.kv_tokens_total = load.kv_tokens_used, load.kv_tokens_total
-        for rid in self._running_on[load.index]:
-            self._flights[rid].pending = False
+        self._telemetry[load.index] += 1
         self._down.discard(load.index)
 
     def update_estimate(self, group_id: str, estimate: int) -> None:
         self.policy.update_estimate(group_id, estimate)
+        if self._index is not None:
+            self._index.rerank_group(group_id)
 
     def on_chunk_finished(
         self,
@@ -197,24 +212,79 @@ class SchedulerCore:
 
     def next_dispatches(self, now: float) -> list[Dispatch]:
         """Dispatch waiting requests in the policy's order while capacity allows."""
-        out: list[Dispatch] = []
         if not self._waiting:
-            return out
+            return []
+        if self._index is None:
+            return self._dispatch_by_scan(now)
+        self._index.refresh(now)
+        out: list[Dispatch] = []
+        cursor: Key = ()  # before every key: each pass goes on from the last dispatch
+        while self._has_free_slot():
+            found = self._next_placeable(cursor)
+            if found is None:
+                break
+            cursor, req = found
+            self._try_dispatch(req, True, now, out)
+        return out
+
+    def _dispatch_by_scan(self, now: float) -> list[Dispatch]:
+        """The plain way: sort every waiting request, try each in turn."""
+        out: list[Dispatch] = []
         bounded = self.policy.bounded_by_capacity
         for req in list(self.policy.order(list(self._waiting.values()), now)):
             if bounded and not self._has_free_slot():
                 break
             if self._waiting.get(req.request_id) is not req:
                 continue  # defensive: a policy may only return waiting requests
-            max_tokens = (
-                min(self.chunk_size, req.remaining) if self.policy.chunked else req.remaining
-            )
-            kv_need = req.prompt_len + req.generated + max_tokens
-            instance = self._place(req, kv_need, bounded)
-            if instance is not None:
-                kv_need = need_on(req, instance, kv_need, req.prompt_len + req.generated)
-                out.append(self._dispatch(req, instance, max_tokens, kv_need, now))
+            self._try_dispatch(req, bounded, now, out)
         return out
+
+    def _try_dispatch(
+        self, req: RequestState, bounded: bool, now: float, out: list[Dispatch]
+    ) -> None:
+        max_tokens = min(self.chunk_size, req.remaining) if self.policy.chunked else req.remaining
+        kv_need = req.prompt_len + req.generated + max_tokens
+        instance = self._place(req, kv_need, bounded)
+        if instance is not None:
+            kv_need = need_on(req, instance, kv_need, req.prompt_len + req.generated)
+            out.append(self._dispatch(req, instance, max_tokens, kv_need, now))
+
+    def _next_placeable(self, cursor: Key) -> tuple[Key, RequestState] | None:
+        """The first waiting request after `cursor` in the policy's order that `_place` would
+        place now (the same test, per home: the scan's next dispatch), with its key."""
+        assert self._index is not None
+        admitting = [
+            p
+            for p in self._loads
+            if p.index not in self._down
+            and p.num_running < p.max_running
+            and self._homed[p.index] < p.max_running
+        ]
+        least = min((p.num_running for p in admitting), default=None)
+        best: tuple[Key, RequestState] | None = None
+        for home in self._index.homes():
+            candidates = admitting
+            if home is not None and home not in self._down:
+                h = self._loads[home]
+                if h.num_running < h.max_running:
+                    candidates = []  # its home has a slot: any of its requests runs
+                elif least is None or h.num_running - least <= self.affinity_spread:
+                    continue  # its home is full and no move is allowed
+                else:
+                    spread = self.affinity_spread
+                    candidates = [p for p in admitting if h.num_running - p.num_running > spread]
+            elif not admitting:
+                continue
+            accept = None
+            if candidates and all(self._homed[p.index] for p in candidates):
+                accept = self._admitted_by(candidates)
+            found = self._index.first_after(home, cursor, accept, best[0] if best else None)
+            if found is not None and (best is None or found[0] < best[0]):
+                best = found
+        return best
+
+    def _admitted_by(self, candidates: list[ProjectedLoad]) -> Callable[[RequestState], bool]:
+        return lambda req: any(self._admits(p, req) for p in candidates)
 
     def _set_home(self, request_id: str, instance: int | None) -> None:
         context = self._requests[request_id].prompt_len + self._requests[request_id].generated
@@ -226,6 +296,8 @@ class SchedulerCore:
             self._home_of[request_id] = instance
             self._homed[instance] += 1
             self._homed_kv[instance] += context
+        if self._index is not None and request_id in self._waiting:
+            self._index.rehome(self._requests[request_id], instance)
 
     def working_set(self, instance: int) -> tuple[int, int]:
         """(requests started and unfinished whose KV lives on `instance`, their context tokens)."""
@@ -277,10 +349,14 @@ class SchedulerCore:
             self.counters["chunks_moved"] += 1
         self.counters["dispatches"] += 1
         del self._waiting[req.request_id]
+        if self._index is not None:
+            self._index.remove(req)
         self.policy.remove(req)
         req.status, req.instance = "running", instance
         req.chunk_seq += 1
-        self._flights[req.request_id] = _Flight(instance, max_tokens, kv_need)
+        self._flights[req.request_id] = _Flight(
+            instance, max_tokens, kv_need, self._telemetry[instance]
+        )
         self._running_on[instance].add(req.request_id)
         self._set_home(req.request_id, instance)
         proj = self._loads[instance]
@@ -298,13 +374,15 @@ class SchedulerCore:
         self._running_on[flight.instance].discard(request_id)
         proj = self._loads[flight.instance]
         proj.num_running -= 1
-        if flight.pending:
+        if flight.telemetry == self._telemetry[flight.instance]:  # not yet in a report
             proj.kv_tokens_used -= flight.kv_need
 
     def _to_waiting(self, req: RequestState, now: float, *, kv_instance: int | None) -> None:
         req.status, req.instance, req.kv_instance = "waiting", None, kv_instance
         req.enqueued_at = now
         self._waiting[req.request_id] = req
+        if self._index is not None:
+            self._index.insert(req, self._home_of.get(req.request_id))
         self.policy.requeue(req)
 
     def _has_free_slot(self) -> bool:

@@ -9,6 +9,12 @@ length estimate. ``order`` ranks the waiting requests (most preferred first); ``
 force an instance. ``chunked`` says whether requests run in chunks of ``chunk_size`` or to
 completion; ``bounded_by_capacity`` whether the core enforces slot and KV limits.
 
+A policy whose order is a fixed key per waiting request also gives it as ``rank`` (ties:
+the order requests entered the waiting buffer, as ``order``'s stable sort has them), with
+``starvation_s`` when requests waiting longer than that go first, oldest first. Then the
+core keeps the waiting buffer sorted as requests come and go (``WaitingIndex``) instead of
+sorting and scanning all of it for every dispatch; ``order`` stays the definition.
+
 - ``GroupRoundRobin``: the veRL baseline. Whole groups pinned round-robin by first arrival,
   FIFO, run to completion, no capacity limits (the engine queues and preempts).
 - ``Divided``: Seer's divided rollout alone: chunks, FIFO by re-entry time.
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from actors.scheduler.state import RequestState
 
@@ -45,6 +52,8 @@ class Policy(ABC):
     name: str = "policy"
     chunked: bool = True
     bounded_by_capacity: bool = True
+    ranked: bool = False  # whether ``rank`` gives ``order``'s key
+    starvation_s: float | None = None  # ranked policies: waiting longer goes first (FIFO)
 
     def add(self, req: RequestState) -> None:  # noqa: B027 (an optional hook)
         """``req`` entered the system (it is waiting)."""
@@ -62,8 +71,14 @@ class Policy(ABC):
     def order(self, waiting: Sequence[RequestState], now: float) -> Iterable[RequestState]:
         """The waiting requests, most preferred first."""
 
+    def rank(self, req: RequestState) -> tuple[Any, ...]:
+        """``order``'s sort key for a waiting request that is not starved (``ranked``
+        policies): fixed while it waits, except through ``update_estimate`` of its group."""
+        raise NotImplementedError(f"policy {self.name!r} has no rank")
+
     def pin(self, req: RequestState) -> int | None:
-        """An instance ``req`` must run on, or None to let placement choose."""
+        """An instance ``req`` must run on, or None to let placement choose (a ``ranked``
+        policy never pins)."""
         return None
 
     def is_starved(self, req: RequestState, now: float) -> bool:
@@ -95,6 +110,10 @@ class GroupRoundRobin(Policy):
 
 class Divided(Policy):
     name = "divided"
+    ranked = True
+
+    def rank(self, req: RequestState) -> tuple[Any, ...]:
+        return _fifo_key(req)
 
     def order(self, waiting: Sequence[RequestState], now: float) -> Iterable[RequestState]:
         return sorted(waiting, key=_fifo_key)
@@ -102,6 +121,8 @@ class Divided(Policy):
 
 class ContextAware(Policy):
     name = "context_aware"
+    ranked = True
+    starvation_s: float
 
     def __init__(self, max_new_tokens: int, starvation_s: float = 5.0) -> None:
         if max_new_tokens < 1:
@@ -122,6 +143,11 @@ class ContextAware(Policy):
     def is_starved(self, req: RequestState, now: float) -> bool:
         return now - req.enqueued_at > self.starvation_s
 
+    def rank(self, req: RequestState) -> tuple[Any, ...]:
+        if req.is_probe:
+            return (0, req.generated, *_fifo_key(req))
+        return (1, -self.estimate(req.group_id), *_fifo_key(req))
+
     def order(self, waiting: Sequence[RequestState], now: float) -> Iterable[RequestState]:
         starved = sorted((r for r in waiting if self.is_starved(r, now)), key=_fifo_key)
         fresh = [r for r in waiting if not self.is_starved(r, now)]
@@ -137,6 +163,7 @@ class ContextAware(Policy):
 
 class Oracle(Policy):
     name = "oracle"
+    ranked = True
 
     def __init__(self, true_lengths: Mapping[str, int]) -> None:
         self.true_lengths = dict(true_lengths)
@@ -145,11 +172,11 @@ class Oracle(Policy):
         if req.request_id not in self.true_lengths:
             raise KeyError(f"Oracle policy has no true length for request {req.request_id!r}")
 
+    def rank(self, req: RequestState) -> tuple[Any, ...]:
+        return (req.generated - self.true_lengths[req.request_id], *_fifo_key(req))
+
     def order(self, waiting: Sequence[RequestState], now: float) -> Iterable[RequestState]:
-        return sorted(
-            waiting,
-            key=lambda r: (r.generated - self.true_lengths[r.request_id], *_fifo_key(r)),
-        )
+        return sorted(waiting, key=self.rank)
 
 
 POLICY_NAMES = ("baseline", "divided", "context_aware", "oracle")

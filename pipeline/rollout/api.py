@@ -87,10 +87,12 @@ def rollout_config(
     run_id: str | None = None,
     run_dir: str = "",
     drafts: Mapping[str, Any] | None = None,
+    generator_kind: str = "generator",
 ) -> PipelineConfig:
     """The rollout topology: splitter, estimator, scheduler, `num_generators` generators and,
     when the generators speculate from their groups (`spec.mode` "group", the default), the
-    draft-tree store (options: `drafts`)."""
+    draft-tree store (options: `drafts`). `generator_kind` swaps in another generator actor
+    (an import path, e.g. the benchmarks' stand-in); only the built-in kind gets a store."""
     gen_opts = dict(generator or {})
     sched_opts = {
         "policy": policy,
@@ -103,11 +105,14 @@ def rollout_config(
             ActorGroup(role="splitter", kind="splitter"),
             ActorGroup(role="estimator", kind="estimator"),
             ActorGroup(role="scheduler", kind="scheduler", options=sched_opts),
-            ActorGroup(role="generator", kind="generator", count=num_generators, options=gen_opts),
+            ActorGroup(
+                role="generator", kind=generator_kind, count=num_generators, options=gen_opts
+            ),
         )
     )
     spec = gen_opts.get("spec", {})
-    if (spec.mode if isinstance(spec, SpecConfig) else spec.get("mode", "group")) == "group":
+    mode = spec.mode if isinstance(spec, SpecConfig) else spec.get("mode", "group")
+    if generator_kind == "generator" and mode == "group":
         store = ActorGroup(role="drafts", kind="drafts", options=dict(drafts or {}))
         topology = Topology(actors=(*topology.actors, store))
     extra: dict[str, Any] = {} if run_id is None else {"run_id": run_id}
