@@ -13,6 +13,7 @@ from actors.model.weights import (
     load_state_dict,
     load_weights_into,
     save_model,
+    to_hf_config,
 )
 
 __all__ = [
@@ -31,4 +32,5 @@ __all__ = [
     "load_state_dict",
     "load_weights_into",
     "save_model",
+    "to_hf_config",
 ]

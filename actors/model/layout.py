@@ -52,19 +52,29 @@ def build_layout(
     """
     num_rows = len(ctx_lens)
     q_max = max(q_lens)
-    ctx = torch.tensor(ctx_lens, dtype=torch.long)  # (B,)
-    qln = torch.tensor(q_lens, dtype=torch.long)  # (B,)
-    kv_len = int((ctx + qln).max())
-    rows = torch.arange(num_rows).repeat_interleave(qln)  # (N,)
-    starts = torch.cumsum(qln, 0) - qln  # (B,)
-    offsets = torch.arange(int(qln.sum())) - starts.repeat_interleave(qln)  # (N,)
-    write_slot = rows + slot_start
-    write_pos = ctx[rows] + offsets
-    dense = bool((qln == q_max).all())
-    flat_to_pad = None if dense else rows * q_max + offsets
-    mask = _attention_mask(ctx, qln, q_max, kv_len, q_masks)
+    kv_len = max(c + q for c, q in zip(ctx_lens, q_lens, strict=True))
+    # index lists in Python: at decode shapes a dozen tiny tensor ops cost more than this
+    write_slot = [slot_start + b for b, q in enumerate(q_lens) for _ in range(q)]
+    write_pos = [c + j for c, q in zip(ctx_lens, q_lens, strict=True) for j in range(q)]
+    dense = all(q == q_max for q in q_lens)
+    flat_to_pad = None
+    if not dense:
+        pad = [b * q_max + j for b, q in enumerate(q_lens) for j in range(q)]
+        flat_to_pad = torch.tensor(pad, dtype=torch.long)
+    mask = None
+    if q_max > 1 or any(c + 1 != kv_len for c in ctx_lens):  # else plain decode, equal lengths
+        ctx = torch.tensor(ctx_lens, dtype=torch.long)  # (B,)
+        qln = torch.tensor(q_lens, dtype=torch.long)  # (B,)
+        mask = _attention_mask(ctx, qln, q_max, kv_len, q_masks)
     return BatchLayout(
-        slot_start, num_rows, q_max, kv_len, write_slot, write_pos, flat_to_pad, mask
+        slot_start,
+        num_rows,
+        q_max,
+        kv_len,
+        torch.tensor(write_slot, dtype=torch.long),
+        torch.tensor(write_pos, dtype=torch.long),
+        flat_to_pad,
+        mask,
     )
 
 
@@ -74,10 +84,8 @@ def _attention_mask(
     q_max: int,
     kv_len: int,
     q_masks: Sequence[torch.Tensor | None] | None,
-) -> torch.Tensor | None:
+) -> torch.Tensor:
     num_rows = ctx.shape[0]
-    if q_max == 1 and bool((ctx + 1 == kv_len).all()):
-        return None  # plain decode, equal lengths: every key is visible
     t = torch.arange(kv_len)  # (T,)
     rel = t[None, :] - ctx[:, None]  # (B, T): index among the new tokens
     prefix = (rel < 0)[:, None, :]  # (B, 1, T)

@@ -4,7 +4,9 @@
 ``ModelConfig`` as JSON; ``load_model(path)`` rebuilds the model from it. ``load_state_dict``
 reads the tensors only (for a weight swap). ``load_hf_folder(folder)`` reads a local HF
 Llama or Qwen2 checkpoint folder (``config.json`` plus ``*.safetensors``): parameter names
-lose their ``model.`` prefix, otherwise they already match. Nothing is ever downloaded.
+lose their ``model.`` prefix, otherwise they already match; ``to_hf_config(cfg)`` gives the
+HF config fields of a ``ModelConfig`` (the inverse of ``hf_config``). Nothing is ever
+downloaded.
 """
 
 from __future__ import annotations
@@ -90,6 +92,25 @@ def hf_config(hf: Mapping[str, Any], max_context: int | None = None) -> ModelCon
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         attention_bias=bool(hf.get("attention_bias", model_type == "qwen2")),
     )
+
+
+def to_hf_config(cfg: ModelConfig) -> dict[str, Any]:
+    """The HF Llama ``config.json`` fields of ``cfg``: the inverse of ``hf_config``."""
+    return {
+        "model_type": "llama",
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.hidden,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "num_key_value_heads": cfg.num_kv_heads,
+        "intermediate_size": cfg.intermediate,
+        "max_position_embeddings": cfg.max_context,
+        "rope_theta": cfg.rope_theta,
+        "rms_norm_eps": cfg.norm_eps,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "attention_bias": cfg.attention_bias,
+        "hidden_act": "silu",
+    }
 
 
 def _unshared_state(model: LlamaModel) -> dict[str, torch.Tensor]:

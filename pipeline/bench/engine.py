@@ -1,12 +1,15 @@
-"""`seer bench engine`: the built-in TorchEngine's decode speed, verify-step cost, and the
-speed-up from perfect drafts.
+"""`seer bench engine`: the built-in TorchEngine's decode speed beside Hugging Face
+``generate`` measured in the same run, verify-step cost, and the speed-up from perfect drafts.
 
-Model: a random 3.3M-parameter Llama (hidden 256, 4 layers, 4 heads, vocab 256), the model
-REFERENCES.md quotes Hugging Face ``generate`` on (1 thread, sampling, 128 new tokens:
-162 / 766 / 990 tok/s at batch 1 / 8 / 32); the engine runs on 1 thread by default too.
+Model: a random 3.3M-parameter Llama (hidden 256, 4 layers, 4 heads, vocab 256), on
+``threads`` torch threads (1 by default) for everything in the run.
 
 - decode: B requests of a 16-token prompt, 128 sampled tokens each (ignore_eos), wall time
-  from ``add`` to the last result, prefill included.
+  from ``add`` to the last result, prefill included; median of ``repeats`` runs. Beside it,
+  with transformers installed, HF ``generate`` on the same weights, prompts and sampling
+  (``hf_generate.py``), its runs interleaved with the engine's; ``speedup_over_hf`` divides
+  the two medians of this run. Without transformers both HF fields are null. One short
+  untimed run of each warms up first.
 - verify: one step (forward + token choice) of B rows with a chain draft of g tokens at a
   128-token context, median of repeats (the engine's own ``StepProfile``).
 - spec_speedup: greedy, the same requests without drafts and with perfect drafts (the true
@@ -16,6 +19,7 @@ REFERENCES.md quotes Hugging Face ``generate`` on (1 thread, sampling, 128 new t
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from pathlib import Path
 from typing import TypedDict
@@ -27,6 +31,7 @@ from rich.table import Table
 from actors.generator import ChunkRequest, Draft, SamplingParams
 from actors.generator.builtin import EngineConfig, StepProfile, TorchEngine
 from actors.model import LlamaModel, ModelConfig
+from pipeline.bench import hf_generate
 
 BENCH_MODEL = ModelConfig(
     vocab_size=256,
@@ -37,7 +42,6 @@ BENCH_MODEL = ModelConfig(
     intermediate=688,
     max_context=1024,
 )
-HF_GENERATE_TOK_S = {1: 162.0, 8: 766.0, 32: 990.0}  # quoted in REFERENCES.md, not measured
 BATCHES = (1, 8, 32)
 PROMPT_LEN = 16
 
@@ -45,7 +49,8 @@ PROMPT_LEN = 16
 class DecodeRow(TypedDict):
     batch: int
     tokens_per_s: float
-    hf_generate_tokens_per_s: float | None
+    hf_generate_tokens_per_s: float | None  # None: transformers not installed
+    speedup_over_hf: float | None  # tokens_per_s / hf_generate_tokens_per_s, this run
 
 
 class SpecRow(TypedDict):
@@ -64,7 +69,9 @@ def run(json_path: str | None = None, quick: bool = False, threads: int = 1) -> 
     try:
         model = LlamaModel.random(BENCH_MODEL, seed=0)
         new_tokens = 32 if quick else 128
-        decode = [_decode(model, b, new_tokens) for b in BATCHES]
+        hf = hf_generate.hf_twin(model) if hf_generate.version() else None
+        repeats = 1 if quick else 3
+        decode = _decode_rows(model, hf, new_tokens, repeats)
         lens = (0, 2, 4, 8) if quick else tuple(range(9))
         profile = StepProfile.measure(model, BATCHES, lens, context=128, repeats=3 if quick else 7)
         grid = [_speedup(model, b, new_tokens, (2, 4) if quick else (1, 2, 4, 8)) for b in BATCHES]
@@ -76,6 +83,9 @@ def run(json_path: str | None = None, quick: bool = False, threads: int = 1) -> 
         "model": {"params": sum(p.numel() for p in model.parameters()), **BENCH_MODEL.to_dict()},
         "threads": threads,
         "new_tokens": new_tokens,
+        "prompt_len": PROMPT_LEN,
+        "decode_repeats": repeats,
+        "transformers_version": hf_generate.version(),
         "decode": decode,
         "verify": profile.as_rows(),
         "spec_speedup": best,
@@ -99,7 +109,35 @@ def _prompts(batch: int) -> list[tuple[int, ...]]:
     ]
 
 
-def _decode(model: LlamaModel, batch: int, new_tokens: int) -> DecodeRow:
+def _decode_rows(
+    model: LlamaModel, hf: object | None, new_tokens: int, repeats: int
+) -> list[DecodeRow]:
+    """Decode tokens/s per batch, engine and HF runs interleaved; medians of ``repeats``."""
+    _decode(model, 1, 8)  # warm-up, untimed
+    if hf is not None:
+        hf_generate.generate_tokens_per_s(hf, _prompts(1), 8)
+    rows: list[DecodeRow] = []
+    for batch in BATCHES:
+        ours, theirs = [], []
+        for _ in range(repeats):
+            ours.append(_decode(model, batch, new_tokens))
+            if hf is not None:
+                theirs.append(hf_generate.generate_tokens_per_s(hf, _prompts(batch), new_tokens))
+        tok_s = statistics.median(ours)
+        hf_tok_s = statistics.median(theirs) if theirs else None
+        rows.append(
+            {
+                "batch": batch,
+                "tokens_per_s": tok_s,
+                "hf_generate_tokens_per_s": hf_tok_s,
+                "speedup_over_hf": tok_s / hf_tok_s if hf_tok_s else None,
+            }
+        )
+    return rows
+
+
+def _decode(model: LlamaModel, batch: int, new_tokens: int) -> float:
+    """Tokens per second of one engine run of ``batch`` sampled requests."""
     engine = _engine(model, batch)
     params = SamplingParams(temperature=1.0, ignore_eos=True)
     start = time.perf_counter()
@@ -108,12 +146,7 @@ def _decode(model: LlamaModel, batch: int, new_tokens: int) -> DecodeRow:
     generated = 0
     while engine.has_work():
         generated += sum(len(d.token_ids) for d in engine.step().deltas)
-    seconds = time.perf_counter() - start
-    return {
-        "batch": batch,
-        "tokens_per_s": generated / seconds,
-        "hf_generate_tokens_per_s": HF_GENERATE_TOK_S.get(batch),
-    }
+    return generated / (time.perf_counter() - start)
 
 
 def _greedy_run(
@@ -171,14 +204,18 @@ def _print(
     threads: int,
 ) -> None:
     console = Console()
-    table = Table(title=f"decode ({new_tokens} new tokens, {threads} thread)")
-    for col in ("batch", "tok/s", "HF generate tok/s (quoted)", "ratio"):
+    if decode[0]["hf_generate_tokens_per_s"] is None:
+        console.print("transformers is not installed: engine alone, no ratio to HF generate")
+    table = Table(title=f"decode ({new_tokens} new tokens, {threads} thread, this run)")
+    for col in ("batch", "engine tok/s", "HF generate tok/s", "engine / HF"):
         table.add_column(col, justify="right")
     for row in decode:
-        hf = row["hf_generate_tokens_per_s"]
-        ratio = f"{row['tokens_per_s'] / hf:.1f}x" if hf else "-"
+        hf, ratio = row["hf_generate_tokens_per_s"], row["speedup_over_hf"]
         table.add_row(
-            str(row["batch"]), f"{row['tokens_per_s']:.0f}", f"{hf:.0f}" if hf else "-", ratio
+            str(row["batch"]),
+            f"{row['tokens_per_s']:.0f}",
+            f"{hf:.0f}" if hf else "-",
+            f"{ratio:.2f}x" if ratio else "-",
         )
     console.print(table)
     table = Table(title="verify step (ms) by batch and draft length g, context 128")

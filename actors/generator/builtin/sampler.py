@@ -61,10 +61,12 @@ class SamplingBatch:
     """Per-token sampling parameters, one entry per logits row."""
 
     temperature: torch.Tensor  # (N,) float32
+    divisor: torch.Tensor  # (N, 1) float32: temperature clamped at 1e-5, divides the logits
     top_k: torch.Tensor  # (N,) long, 0 = off
     top_p: torch.Tensor  # (N,) float32
     uniform: torch.Tensor  # (N,) float64
     is_all_greedy: bool
+    has_greedy: bool
     has_filter: bool
 
     @classmethod
@@ -77,20 +79,24 @@ class SamplingBatch:
         positions: Sequence[int],
     ) -> SamplingBatch:
         is_all_greedy = all(t == 0 for t in temperature)
+        has_greedy = any(t == 0 for t in temperature)
         has_filter = any(k > 0 for k in top_k) or any(p < 1 for p in top_p)
+        # the clamp in Python equals float32 clamp_min: rounding to float32 is monotonic
         return cls(
             torch.tensor(temperature, dtype=torch.float32),
+            torch.tensor([[max(t, 1e-5)] for t in temperature], dtype=torch.float32),
             torch.tensor(top_k, dtype=torch.long),
             torch.tensor(top_p, dtype=torch.float32),
             uniforms(seeds, positions) if not is_all_greedy else torch.zeros(0),
             is_all_greedy,
+            has_greedy,
             has_filter,
         )
 
 
 def sampling_probs(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     """(N, V) logits -> (N, V) probabilities after temperature, top-k and top-p."""
-    scaled = logits / batch.temperature.clamp_min(1e-5)[:, None]
+    scaled = logits / batch.divisor
     if batch.has_filter:
         scaled = _filter_top_k_top_p(scaled, batch.top_k, batch.top_p)
     return torch.softmax(scaled, dim=-1)
@@ -121,8 +127,8 @@ def choose_tokens(logits: torch.Tensor, batch: SamplingBatch) -> tuple[torch.Ten
     tokens = torch.searchsorted(cdf, target, right=True).squeeze(-1)
     tokens = tokens.clamp_max(logits.shape[-1] - 1)
     logprobs = probs.gather(-1, tokens[:, None]).squeeze(-1).log()
-    greedy = batch.temperature == 0
-    if bool(greedy.any()):
+    if batch.has_greedy:
+        greedy = batch.temperature == 0
         g_tokens, g_logprobs = _greedy(logits)
         tokens = torch.where(greedy, g_tokens, tokens)
         logprobs = torch.where(greedy, g_logprobs, logprobs)
