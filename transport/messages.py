@@ -11,7 +11,7 @@ envelope carries `PROTOCOL_VERSION`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, TypeAlias, TypeVar
 
 import numpy as np
@@ -298,9 +298,8 @@ class InstanceCounters(Struct):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RolloutRecord(Struct):
-    """Everything the scheduler recorded about one rollout. `to_dict()` gives plain
-    JSON-able data and `from_dict()` rebuilds an equal record; checking untrusted files is
-    `pipeline.rollout.trace`'s job."""
+    """Everything the scheduler recorded about one rollout; it travels typed in
+    `RolloutFinished`, and `pipeline.rollout.trace` saves and checks it as a file."""
 
     policy: str
     num_instances: int
@@ -308,30 +307,6 @@ class RolloutRecord(Struct):
     requests: tuple[RequestRecord, ...]
     instances: tuple[InstanceCounters, ...]
     makespan_s: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "policy": self.policy,
-            "num_instances": self.num_instances,
-            "makespan_s": self.makespan_s,
-            "chunks": [asdict(c) for c in self.chunks],
-            "requests": [asdict(r) for r in self.requests],
-            "instances": [asdict(i) for i in self.instances],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RolloutRecord:
-        chunks = tuple(
-            ChunkRecord(**{**c, "spec": SpecStats(**c.get("spec", {}))}) for c in data["chunks"]
-        )
-        return cls(
-            policy=str(data["policy"]),
-            num_instances=int(data["num_instances"]),
-            makespan_s=float(data["makespan_s"]),
-            chunks=chunks,
-            requests=tuple(RequestRecord(**r) for r in data["requests"]),
-            instances=tuple(InstanceCounters(**i) for i in data["instances"]),
-        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -48,7 +48,7 @@ class DraftSync:
             pull = self.spec.is_drafting or not self.is_store_ok or cycle % 4 == 0
             await self.sync_once(pull)
 
-    async def sync_once(self, pull: bool = True) -> None:
+    async def sync_once(self, pull: bool) -> None:
         cfg = self.spec.config
         appends = self.client.take_appends()
         request = self.client.sync_message() if pull else None

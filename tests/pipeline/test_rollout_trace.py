@@ -15,10 +15,12 @@ from pipeline.rollout import (
     save_trace,
 )
 from pipeline.rollout.trace import TRACE_VERSION, trace_dict
+from transport.codec import decode, encode
 from transport.messages import (
     ChunkRecord,
     InstanceCounters,
     RequestRecord,
+    RolloutFinished,
     RolloutRecord,
 )
 
@@ -105,8 +107,9 @@ def test_trace_nests_chunks_under_their_request(tmp_path: Path) -> None:
     ]
 
 
-def test_record_dict_round_trip_through_json() -> None:
-    assert RolloutRecord.from_dict(json.loads(json.dumps(RECORD.to_dict()))) == RECORD
+def test_record_round_trips_through_the_codec_as_the_scheduler_sends_it() -> None:
+    msg = RolloutFinished(rollout_id="r0", samples=(), record=RECORD)
+    assert decode(encode(msg)) == msg
 
 
 def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
