@@ -52,6 +52,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
         )
         if v is not None
     }
+    if args.backend or args.sglang_url or args.sglang_command:
+        from pipeline.backend import use_backend
+
+        gen = use_backend(
+            cfg.generator, args.backend, urls=args.sglang_url or (), command=args.sglang_command
+        )
+        changes["generator"] = gen
+        if gen.sglang.urls and gen.backend == "sglang":
+            changes["num_generators"] = len(gen.sglang.urls)
     out = args.out or f"runs/run-{time.strftime('%Y%m%d-%H%M%S')}"
     cfg = dataclasses.replace(cfg, out_dir=out, **changes)
     console.print(
@@ -121,7 +130,13 @@ def _cmd_actor(args: argparse.Namespace) -> int:
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     module = importlib.import_module(BENCHES[args.name])
-    if args.name == "rollout":
+    if args.name == "rollout" and args.backend == "sglang":
+        from pipeline.bench import sglang_rollout
+
+        sglang_rollout.run(
+            args.json, quick=args.quick, chunk_size=args.chunk_size, repeats=args.repeats
+        )
+    elif args.name == "rollout":
         module.run(
             args.json,
             quick=args.quick,
@@ -162,6 +177,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--resume", help="a checkpoint folder of an earlier run")
     run.add_argument("--out", help="run folder (default: runs/run-<time>)")
+    run.add_argument("--backend", choices=("builtin", "sglang"), help="the generators' engine")
+    run.add_argument(
+        "--sglang-url",
+        action="append",
+        help="sglang: attach a generator to this server (repeat: one per generator)",
+    )
+    run.add_argument(
+        "--sglang-command",
+        help="sglang: launch each generator's server with this command line ({python}, "
+        "{model}, {host}, {port} filled in; default: python -m sglang.launch_server ...)",
+    )
     run.set_defaults(fn=_cmd_run)
     roll = sub.add_parser("rollout", help="one benchmark rollout: Seer scheduler vs baseline")
     roll.add_argument("--policy", default="baseline", help="compare context_aware with this")
@@ -183,6 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--repeats", type=int, help="rollout, drafts, scheduler: runs per variant (median)"
     )
     bench.add_argument("--model", help="drafts: a saved model to roll out (default: warm start)")
+    bench.add_argument(
+        "--backend",
+        choices=("builtin", "sglang"),
+        default="builtin",
+        help="rollout: sglang = the four policies over seer serve (HTTP) beside the builtin",
+    )
     bench.add_argument("--profile", help="scheduler: write a cProfile of the scheduler here")
     bench.set_defaults(fn=_cmd_bench)
     keys = sub.add_parser("keys", help="create a CURVE key pair for tcp deployments")

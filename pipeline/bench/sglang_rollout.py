@@ -1,0 +1,153 @@
+"""`seer bench rollout --backend sglang`: the rollout bench over SGLang's HTTP API.
+
+The same workload, model, seeds and scheduler run under the four policies twice in one
+run: with the built-in engine in the generator processes ("torch") and with backend
+"sglang", each generator launching a `seer serve` server (the built-in engine behind
+SGLang's HTTP API) and driving it over HTTP. Both topologies are up together and the
+rollouts interleave (torch then sglang for each policy, each repeat), so machine drift
+hits both. The JSON holds `{"backend": {"torch": {...}, "sglang": {...}}}`, each shaped as
+`seer bench rollout`'s (`policies`, `ratios`, `costs`), plus `sglang_over_torch`, the
+throughput ratio per policy: the cost of the HTTP path.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import anyio
+from rich.console import Console
+from rich.table import Table
+
+from pipeline.bench.rollout import POLICIES, bench_generator, measure_costs, summarize
+from pipeline.rollout.api import Rollout, rollout_config
+from pipeline.rollout.workload import Workload, describe, make_workload
+from transport.messages import PromptSpec, RolloutRecord, SamplingSpec
+
+BACKENDS = ("torch", "sglang")
+
+
+def serve_command(gen: dict[str, Any]) -> list[str]:
+    """Each generator's `seer serve`, with the built-in generator's engine settings."""
+    return [
+        "{python}", "-m", "pipeline.cli", "serve", "--model", "{model}",
+        "--host", "{host}", "--port", "{port}", "--max-batch", str(gen["max_batch"]),
+        "--kv-budget-tokens", str(gen["kv_budget_tokens"]),
+        "--num-threads", str(gen.get("num_threads", 1)),
+    ]  # fmt: skip
+
+
+def generators(gen: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    torch_gen = {"spec": {"mode": "off"}, **gen}
+    sglang = {"command": serve_command(gen), "base_port": 0, "request_timeout_s": 600.0}
+    return {"torch": torch_gen, "sglang": {**torch_gen, "backend": "sglang", "sglang": sglang}}
+
+
+async def run_backends(
+    workload: Workload,
+    gen: dict[str, Any],
+    chunk_size: int,
+    console: Console,
+    repeats: int,
+    policies: tuple[str, ...] = POLICIES,
+) -> dict[str, dict[str, list[RolloutRecord]]]:
+    prompts = [
+        PromptSpec(prompt_id=p.prompt_id, token_ids=p.token_ids, forced_lens=p.target_lens)
+        for p in workload.prompts
+    ]
+    sampling = SamplingSpec(
+        temperature=1.0, seed=workload.seed, ignore_eos=True, max_new_tokens=workload.max_new_tokens
+    )
+    records: dict[str, dict[str, list[RolloutRecord]]] = {
+        b: {p: [] for p in policies} for b in BACKENDS
+    }
+    gens = generators(gen)
+    async with (
+        Rollout(rollout_config(num_generators=2, chunk_size=chunk_size, generator=gens["torch"]))
+        as torch_rollout,
+        Rollout(rollout_config(num_generators=2, chunk_size=chunk_size, generator=gens["sglang"]))
+        as sglang_rollout,
+    ):  # fmt: skip
+        rollouts = {"torch": torch_rollout, "sglang": sglang_rollout}
+        warm = SamplingSpec(max_new_tokens=8, ignore_eos=True)
+        for rollout in rollouts.values():
+            await rollout.generate([p.token_ids for p in prompts[:2]], 2, warm)
+        for r in range(repeats):
+            for name in policies:
+                for backend, rollout in rollouts.items():
+                    with console.status(f"rollout {r + 1}/{repeats}: {backend} / {name}"):
+                        result = await rollout.generate_with_record(
+                            prompts, workload.group_size, sampling, policy=name
+                        )
+                    records[backend][name].append(result.record)
+                    console.print(f"{backend} {name} #{r + 1}: {result.record.makespan_s:.2f} s")
+    return records
+
+
+def _table(out: dict[str, Any]) -> Table:
+    table = Table(title="seer bench rollout --backend sglang (2 generators each; medians)")
+    for c in (
+        "policy",
+        "torch tok/s",
+        "sglang tok/s",
+        "sglang/torch",
+        "torch tail s",
+        "sglang tail s",
+    ):
+        table.add_column(c, justify="right")
+    t, s = out["backend"]["torch"]["policies"], out["backend"]["sglang"]["policies"]
+    for name in t:
+        table.add_row(
+            name,
+            f"{t[name]['throughput_tok_s']:.0f}",
+            f"{s[name]['throughput_tok_s']:.0f}",
+            f"{out['sglang_over_torch'][name]:.2f}x",
+            f"{t[name]['tail_s']:.2f}",
+            f"{s[name]['tail_s']:.2f}",
+        )
+    return table
+
+
+def run(
+    json_path: str | None = None,
+    quick: bool = False,
+    chunk_size: int = 128,
+    repeats: int | None = None,
+) -> dict[str, Any]:
+    console = Console(width=140)
+    repeats = repeats or (1 if quick else 3)
+    workload = (
+        make_workload(num_groups=8, group_size=4, mean_len=60, max_len=180)
+        if quick
+        else make_workload()
+    )
+    shape = describe(workload)
+    console.print(
+        f"workload: {shape['num_requests']} requests, {shape['total_tokens']} tokens; "
+        "backends torch (in-process engine) and sglang (seer serve over HTTP)"
+    )
+    gen = bench_generator(quick)
+    costs = measure_costs(workload, gen)
+    records = anyio.run(run_backends, workload, gen, chunk_size, console, repeats)
+    backends = {b: summarize(records[b], costs) for b in BACKENDS}
+    out: dict[str, Any] = {
+        "backend": backends,
+        "sglang_over_torch": {
+            p: backends["sglang"]["policies"][p]["throughput_tok_s"]
+            / backends["torch"]["policies"][p]["throughput_tok_s"]
+            for p in backends["torch"]["policies"]
+        },
+        "workload": shape,
+        "generator": gen,
+        "sglang_command": serve_command(gen),
+        "chunk_size": chunk_size,
+        "repeats": repeats,
+    }
+    console.print(_table(out))
+    path = Path(json_path or Path(tempfile.mkdtemp()) / "rollout-sglang-bench.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2, default=float))
+    console.print(f"wrote {path}")
+    return out
