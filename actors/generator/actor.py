@@ -122,7 +122,8 @@ class GeneratorActor(Actor):
 
     async def handle_chunk_assigned(self, msg: ChunkAssigned) -> None:
         if self.remote is not None:
-            self.idle = anyio.Event()
+            if self.idle.is_set():
+                self.idle = anyio.Event()
             self.active[msg.request_id] = msg
             self.start_soon(self._run_remote, self.remote, msg)
             return

@@ -29,6 +29,7 @@ def engine_for(url: str, **sglang: object) -> SGLangEngine:
         "request_timeout_s": 2.0,
         "connect_timeout_s": 1.0,
         "health_timeout_s": 1.0,
+        "load_timeout_s": 1.0,
         "health_interval_s": 0.2,
         **sglang,
     }

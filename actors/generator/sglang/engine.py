@@ -212,7 +212,7 @@ class SGLangEngine:
             n, self._num_unreported = self._num_unreported, 0
             self._cancel_flights()
             raise ServerLostError(f"{n} chunks lost with the server: {self._lost}")
-        timeout = self.opts.health_timeout_s
+        timeout = self.opts.load_timeout_s
         try:
             if self._lost is not None:
                 await self.client.health_generate(timeout)

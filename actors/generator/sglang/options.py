@@ -24,9 +24,11 @@ class SGLangOptions:
     """`urls` / `command`, `host`, `base_port`: attach or launch (module docstring).
     `api_key`: sent as a bearer token. `context_len`: 0 = the server's (`/server_info`
     `context_length`, else the model's). `request_timeout_s`: one `/generate` call; a
-    server that does not answer in time is lost. `connect_timeout_s`, `health_timeout_s`,
-    `health_interval_s`: connection set-up, one health or load probe, and how often
-    `/health_generate` is probed while chunks are in flight. `start_timeout_s`: a launched
+    server that does not answer in time is lost. `connect_timeout_s`: connection set-up.
+    `health_interval_s` / `health_timeout_s`: how often `/health_generate` is probed while
+    chunks are in flight, and how long it may take (it generates a token behind the batch).
+    `load_timeout_s`: a `/v1/loads` probe when the scheduler asks for the load (keep it
+    below the scheduler's `health_timeout_s`). `start_timeout_s`: a launched
     server's start. `weights_dir`: where published weights are written as Hugging Face
     folders for `/update_weights_from_disk` (the server must see it; "" = a temporary
     folder). `max_connections`: the HTTP pool (chunks in flight at once)."""
@@ -39,8 +41,9 @@ class SGLangOptions:
     context_len: int = 0
     request_timeout_s: float = 600.0
     connect_timeout_s: float = 5.0
-    health_timeout_s: float = 3.0
+    health_timeout_s: float = 20.0
     health_interval_s: float = 1.0
+    load_timeout_s: float = 2.0
     start_timeout_s: float = 600.0
     weights_dir: str = ""
     max_connections: int = 512
@@ -52,6 +55,7 @@ class SGLangOptions:
             "connect_timeout_s",
             "health_timeout_s",
             "health_interval_s",
+            "load_timeout_s",
             "start_timeout_s",
             "max_connections",
         )
