@@ -153,6 +153,26 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from pipeline.logs import configure_logging
+    from pipeline.serve import ServeOptions, serve
+
+    configure_logging("warning")
+    serve(
+        ServeOptions(
+            model_path=args.model or "",
+            host=args.host,
+            port=args.port,
+            max_batch=args.max_batch,
+            kv_budget_tokens=args.kv_budget_tokens,
+            num_threads=args.num_threads,
+            eos_token_id=args.eos_token_id,
+            step_delay_s=args.step_delay_ms / 1000,
+        )
+    )
+    return 0
+
+
 def _cmd_keys(args: argparse.Namespace) -> int:
     from transport.security import generate_keys
 
@@ -217,6 +237,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--profile", help="scheduler: write a cProfile of the scheduler here")
     bench.set_defaults(fn=_cmd_bench)
+    srv = sub.add_parser(
+        "serve",
+        help="the built-in engine behind SGLang's HTTP API (/generate, weights, loads, ...)",
+        description="Serve the built-in engine with SGLang 0.5.23's HTTP API. --model: a "
+        "safetensors file saved by seer (warm start, checkpoint model.safetensors) or a "
+        "Hugging Face Llama/Qwen2 folder (e.g. a checkpoint's hf/). Without --model: the "
+        "default task's cached warm start from runs/cache if `seer run` made one, else a "
+        "FRESH RANDOM model of the default shape (it generates noise).",
+    )
+    srv.add_argument("--model", help="safetensors file or HF folder (default: see above)")
+    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--port", type=int, default=30000, help="0 picks a free port")
+    srv.add_argument("--max-batch", type=int, default=64, help="requests decoding at once")
+    srv.add_argument("--kv-budget-tokens", type=int, default=65536)
+    srv.add_argument("--num-threads", type=int, default=1, help="torch threads")
+    srv.add_argument("--eos-token-id", type=int, help="default: the model's or the task's")
+    srv.add_argument(
+        "--step-delay-ms", type=float, default=0.0, help="sleep after each engine step (tests)"
+    )
+    srv.set_defaults(fn=_cmd_serve)
     keys = sub.add_parser("keys", help="create a CURVE key pair for tcp deployments")
     keys.add_argument("directory")
     keys.set_defaults(fn=_cmd_keys)

@@ -1,0 +1,489 @@
+"""EngineBridge: the built-in engine on its own thread, driven from an asyncio server.
+
+Consumes: ``GenerateSpec``s (each becomes one engine chunk: SGLang has no chunks, so a
+``/generate`` request is one chunk of ``max_new_tokens`` tokens) and control calls (abort by
+rid prefix, pause in SGLang's three modes, continue, flush, weight swaps and version labels).
+Emits: per request, ``Delta`` / ``Version`` / ``Done`` events on an ``asyncio.Queue``, in
+the order the engine produced them, in batches (a tuple per engine step: a request's last
+tokens and its ``Done`` arrive together, as SGLang's last stream frame carries both).
+
+One thread owns the engine: it runs queued commands between steps, then one ``poll`` over
+every request in flight (continuous batching: concurrent HTTP requests share a batch). The
+event loop never touches the engine; it sends commands (``_call``) and awaits their
+futures. New requests wait at a gate while the server is paused (SGLang blocks
+``/generate`` then) or while a weight swap waits for the engine to drain.
+
+A prefix cache in the style of SGLang's radix cache, at chunk granularity: a request that
+ended at its ``max_new_tokens`` leaves its KV parked in the engine, indexed by its whole
+token sequence; a later request whose ``input_ids`` are exactly that sequence (the next
+chunk of the same sample) resumes on that KV (``cached_tokens`` says how much).
+
+Pause modes: ``abort`` aborts everything in flight (partial outputs returned); ``retract``
+takes running requests out of the engine (KV dropped) and re-adds them on continue, where
+they are recomputed and finish normally; ``in_place`` only stops stepping, so a weight swap
+then lands under live requests and their ``weight_versions`` spans show it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from itertools import count
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import structlog
+import torch
+
+from actors.generator import ChunkRequest, ChunkResult, StepResult
+from actors.generator.builtin import TorchEngine
+from actors.model import load_weights_into, read_weights
+from pipeline.serve.protocol import GenerateSpec
+
+log = structlog.get_logger()
+T = TypeVar("T")
+PauseMode = Literal["abort", "retract", "in_place"]
+PAUSE_MODES: tuple[PauseMode, ...] = ("abort", "retract", "in_place")
+MAX_INDEXED_PREFIXES = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    version: str
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """The request ended: ``reason`` is ``stop`` / ``length`` / ``abort``."""
+
+    reason: str
+    matched: int | None = None
+    message: str = ""
+    is_queued: bool = False
+    num_cached_tokens: int = 0
+    num_retractions: int = 0
+
+
+Event = Delta | Version | Done
+
+
+@dataclass(slots=True, eq=False)
+class Submission:
+    """One request as the bridge tracks it (its engine-side fields belong to the thread)."""
+
+    spec: GenerateSpec
+    events: asyncio.Queue[tuple[Event, ...]]
+    loop: asyncio.AbstractEventLoop
+    wake: asyncio.Event = field(default_factory=asyncio.Event)  # leave the gate
+    engine_id: str = ""
+    generated: list[int] = field(default_factory=list)
+    num_cached_tokens: int = 0
+    num_retractions: int = 0
+    is_done: bool = False
+
+    def push(self, *events: Event) -> None:
+        if any(isinstance(e, Done) for e in events):
+            self.is_done = True
+        with contextlib.suppress(RuntimeError):  # a closed loop: no one is listening
+            self.loop.call_soon_threadsafe(self.events.put_nowait, events)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLoad:
+    """What ``/v1/loads`` reports: KV of cached prefixes is evictable, not used."""
+
+    num_running: int
+    num_waiting: int  # in the engine's queue, at the gate, or retracted
+    num_used_tokens: int
+    num_cached_tokens: int
+    max_total_tokens: int
+    max_running: int
+
+
+class ServerBusyError(RuntimeError):
+    """The operation needs an idle server (no request running or queued)."""
+
+
+class EngineBridge:
+    def __init__(
+        self, engine: TorchEngine, *, version: str = "default", step_delay_s: float = 0.0
+    ) -> None:
+        self.engine = engine
+        self.step_delay_s = step_delay_s  # a latency knob for tests and fault drills
+        self.version = version
+        self.paused: PauseMode | None = None
+        self._commands: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
+        self._live: dict[str, Submission] = {}  # engine id -> submission in the engine
+        self._retracted: list[Submission] = []
+        self._gated: dict[int, Submission] = {}  # waiting at the gate (event-loop side)
+        self._prefixes: OrderedDict[tuple[int, ...], str] = OrderedDict()
+        self._parked_tokens = 0  # KV tokens the indexed prefixes hold (while not evicted)
+        self._ids = count()
+        self._stepping = True
+        self._stop = threading.Event()
+        self._gate: asyncio.Event | None = None
+        self._holds = 0  # weight swaps waiting for the engine to drain
+        self._thread = threading.Thread(target=self._run, name="seer-serve-engine", daemon=True)
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            try:
+                self._call_sync(self._abort_everything, "server shutting down")
+            finally:
+                self._stop.set()
+            self._thread.join(timeout=30)
+
+    @property
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    # ---- requests ------------------------------------------------------------------------
+    async def submit(self, spec: GenerateSpec) -> Submission:
+        """Queue ``spec`` (after the gate while paused); its events follow on ``.events``."""
+        sub = Submission(spec, asyncio.Queue(), asyncio.get_running_loop())
+        gate = self._gate_event()
+        if not gate.is_set():
+            key = id(sub)
+            self._gated[key] = sub
+            try:
+                while not gate.is_set() and not sub.is_done:
+                    await sub.wake.wait()
+                    sub.wake.clear()
+            finally:
+                self._gated.pop(key, None)
+            if sub.is_done:  # aborted at the gate
+                return sub
+        await self._call(lambda: self._add(sub))
+        return sub
+
+    async def abort(self, rid: str, abort_all: bool = False) -> int:
+        """Abort every request whose rid starts with ``rid`` (all with ``abort_all``);
+        SGLang matches by prefix. How many were aborted."""
+        if not rid and not abort_all:
+            return 0
+        hit = [s for s in self._gated.values() if abort_all or s.spec.rid.startswith(rid)]
+        for sub in hit:
+            sub.push(Done("abort", message="Abort in waiting queue", is_queued=True))
+            sub.wake.set()
+        matched = await self._call(
+            lambda: self._abort_matching(lambda s: abort_all or s.spec.rid.startswith(rid))
+        )
+        return len(hit) + matched
+
+    # ---- pause, continue, flush ------------------------------------------------------------
+    async def pause(self, mode: PauseMode) -> None:
+        self._gate_event().clear()
+        self.paused = mode
+        await self._call(lambda: self._pause(mode))
+
+    async def resume(self) -> None:
+        self.paused = None
+        await self._call(self._resume)
+        if not self._holds:
+            self._open_gate()
+
+    async def flush_cache(self, timeout_s: float | None) -> None:
+        """Drop every cached prefix; ``ServerBusyError`` while requests are in flight
+        (after waiting up to ``timeout_s`` for the server to go idle)."""
+        if timeout_s is not None:
+            await self._wait_idle(timeout_s)
+        await self._call(self._flush)
+
+    # ---- weights ---------------------------------------------------------------------------
+    async def update_weights(
+        self, path: str, version: str | None, *, flush_cache: bool, abort_all: bool
+    ) -> tuple[bool, str]:
+        """Load weights from ``path`` (a safetensors file or an HF folder). Unpaused, new
+        requests wait and running ones finish first (SGLang's model-update lock); paused,
+        the swap lands at once. ``(success, message)`` as SGLang reports them."""
+        if abort_all:
+            await self.abort("", abort_all=True)
+        if self.paused is not None:
+            done = await self._call(lambda: self._swap(path, version, flush_cache))
+            assert done is not None  # _swap waits only when asked to
+            return done
+        self._holds += 1
+        self._gate_event().clear()
+        try:
+            while True:
+                await self._wait_idle(None)
+                result = await self._call(lambda: self._swap(path, version, flush_cache, True))
+                if result is not None:
+                    return result
+        finally:
+            self._holds -= 1
+            if not self._holds and self.paused is None:
+                self._open_gate()
+
+    async def set_version(self, version: str, abort_all: bool) -> None:
+        if abort_all:
+            await self.abort("", abort_all=True)
+        await self._call(lambda: self._relabel(version))
+
+    # ---- telemetry -------------------------------------------------------------------------
+    async def load(self) -> ServerLoad:
+        return await self._call(self._load_now)
+
+    def _load_now(self) -> ServerLoad:
+        load = self.engine.load()
+        indexed = len(self._prefixes)
+        # cached prefixes are evictable, not used (as in SGLang); the engine may have evicted
+        # some on its own, so their share is scaled by how many are still parked
+        cached = self._parked_tokens * min(load.num_parked, indexed) // indexed if indexed else 0
+        return ServerLoad(
+            num_running=load.num_running,
+            num_waiting=load.num_waiting + len(self._gated) + len(self._retracted),
+            num_used_tokens=max(0, load.kv_tokens_used - cached),
+            num_cached_tokens=cached,
+            max_total_tokens=load.kv_tokens_total,
+            max_running=load.max_running,
+        )
+
+    def num_in_flight(self) -> int:
+        return len(self._live) + len(self._retracted) + len(self._gated)
+
+    # ---- event-loop helpers ----------------------------------------------------------------
+    def _gate_event(self) -> asyncio.Event:
+        if self._gate is None:
+            self._gate = asyncio.Event()
+            self._gate.set()
+        return self._gate
+
+    def _open_gate(self) -> None:
+        self._gate_event().set()
+        for sub in self._gated.values():
+            sub.wake.set()
+
+    async def _call(self, fn: Callable[[], T]) -> T:
+        future: Future[T] = Future()
+        self._commands.put((fn, future))
+        return await asyncio.wrap_future(future)
+
+    def _call_sync(self, fn: Callable[..., Any], *args: Any) -> Any:
+        future: Future[Any] = Future()
+        self._commands.put((lambda: fn(*args), future))
+        return future.result(timeout=30)
+
+    async def _wait_idle(self, timeout_s: float | None) -> None:
+        async def idle() -> None:
+            while self._live or self._retracted:
+                await asyncio.sleep(0.005)
+
+        if timeout_s is None:
+            await idle()
+            return
+        try:
+            await asyncio.wait_for(idle(), timeout_s)
+        except TimeoutError:
+            raise ServerBusyError("Timed out waiting for idle state.") from None
+
+    # ---- the engine thread -----------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            busy = self._stepping and self.engine.has_work()
+            self._run_commands(block=not busy)
+            if self._stepping and self.engine.has_work():
+                try:
+                    result = self.engine.poll()
+                except Exception as exc:  # the engine broke: end every request, keep serving
+                    log.exception("serve_engine_step_failed")
+                    self._abort_everything(f"engine error: {type(exc).__name__}: {exc}")
+                    continue
+                self._deliver(result)
+                if self.step_delay_s:
+                    self._stop.wait(self.step_delay_s)
+
+    def _run_commands(self, block: bool) -> None:
+        try:
+            item = self._commands.get(timeout=0.05) if block else self._commands.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            fn, future = item
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as exc:
+                    future.set_exception(exc)
+            try:
+                item = self._commands.get_nowait()
+            except queue.Empty:
+                return
+
+    def _add(self, sub: Submission) -> None:
+        spec = sub.spec
+        if spec.max_new_tokens == 0:  # SGLang answers a prefill-only request at once
+            sub.push(Version(self.version), Done("length"))
+            return
+        engine_id = self._take_prefix(spec.input_ids) or f"s{next(self._ids)}"
+        request = ChunkRequest(engine_id, spec.input_ids, spec.max_new_tokens, params=spec.params)
+        self.engine.add(request)  # EngineError: refused before anything changed
+        sub.engine_id = engine_id
+        self._live[engine_id] = sub
+        sub.push(Version(self.version))
+
+    def _deliver(self, result: StepResult) -> None:
+        events: dict[str, list[Event]] = {}
+        for delta in result.deltas:
+            self._live[delta.request_id].generated.extend(delta.token_ids)
+            events.setdefault(delta.request_id, []).append(Delta(delta.token_ids, delta.logprobs))
+        for chunk in result.finished:
+            sub = self._live[chunk.request_id]
+            events.setdefault(chunk.request_id, []).append(self._finish(sub, chunk))
+        for engine_id, batch in events.items():
+            self._live[engine_id].push(*batch)
+        for chunk in result.finished:
+            del self._live[chunk.request_id]
+
+    def _finish(self, sub: Submission, chunk: ChunkResult) -> Done:
+        sub.num_cached_tokens += chunk.num_cached_tokens
+        if chunk.finish_reason == "chunk":  # its KV stays parked: index the sequence
+            self._index_prefix((*sub.spec.input_ids, *sub.generated), chunk.request_id)
+        if chunk.finish_reason == "stop":
+            return self._done(sub, "stop", matched=sub.generated[-1])
+        if chunk.finish_reason in ("chunk", "length"):
+            return self._done(sub, "length")
+        return self._done(sub, "abort", message=chunk.error or "aborted")
+
+    def _done(self, sub: Submission, reason: str, **kw: Any) -> Done:
+        return Done(
+            reason,
+            num_cached_tokens=sub.num_cached_tokens,
+            num_retractions=sub.num_retractions,
+            **kw,
+        )
+
+    def _index_prefix(self, tokens: tuple[int, ...], engine_id: str) -> None:
+        old = self._prefixes.pop(tokens, None)
+        if old is not None:  # the same sequence again: keep the newest KV only
+            self._unindexed(tokens)
+            self.engine.release(old)
+        self._prefixes[tokens] = engine_id
+        self._parked_tokens += len(tokens) - 1
+        while len(self._prefixes) > MAX_INDEXED_PREFIXES:
+            key, oldest = self._prefixes.popitem(last=False)
+            self._unindexed(key)
+            self.engine.release(oldest)
+
+    def _take_prefix(self, tokens: tuple[int, ...]) -> str | None:
+        engine_id = self._prefixes.pop(tokens, None)
+        if engine_id is not None:
+            self._unindexed(tokens)
+        return engine_id
+
+    def _unindexed(self, tokens: tuple[int, ...]) -> None:
+        self._parked_tokens -= len(tokens) - 1
+
+    def _abort_matching(self, match: Callable[[Submission], bool]) -> int:
+        hits = [s for s in self._live.values() if match(s)]
+        for sub in hits:
+            del self._live[sub.engine_id]
+            self.engine.abort(sub.engine_id)
+            sub.push(self._abort_done(sub, "Abort requested by /abort_request"))
+        held = [s for s in self._retracted if match(s)]
+        self._retracted = [s for s in self._retracted if not match(s)]
+        for sub in held:
+            sub.push(self._abort_done(sub, "Abort requested by /abort_request"))
+        return len(hits) + len(held)
+
+    def _abort_done(self, sub: Submission, message: str) -> Done:
+        if not sub.generated:
+            return self._done(sub, "abort", message="Abort in waiting queue", is_queued=True)
+        return self._done(sub, "abort", message=message)
+
+    def _abort_everything(self, message: str) -> None:
+        for sub in list(self._live.values()):
+            self.engine.abort(sub.engine_id)
+            sub.push(self._abort_done(sub, message))
+        for sub in self._retracted:
+            sub.push(self._abort_done(sub, message))
+        self._live.clear()
+        self._retracted.clear()
+
+    def _pause(self, mode: PauseMode) -> None:
+        self._stepping = False
+        if mode == "abort":
+            self._abort_everything("Abort on pause_generation")
+        elif mode == "retract":
+            for sub in list(self._live.values()):
+                self.engine.abort(sub.engine_id)  # its KV is dropped, recomputed on continue
+                sub.num_retractions += 1
+                self._retracted.append(sub)
+            self._live.clear()
+
+    def _resume(self) -> None:
+        for sub in self._retracted:
+            spec = sub.spec
+            left = spec.max_new_tokens - len(sub.generated)
+            self.engine.add(
+                ChunkRequest(
+                    sub.engine_id,
+                    spec.input_ids,
+                    left,
+                    generated_ids=tuple(sub.generated),
+                    params=spec.params,
+                )
+            )
+            self._live[sub.engine_id] = sub
+        self._retracted.clear()
+        self._stepping = True
+
+    def _flush(self) -> None:
+        if self._live or self._retracted:
+            raise ServerBusyError("Cache not flushed because there are pending requests.")
+        self._drop_prefixes()
+
+    def _drop_prefixes(self) -> None:
+        for engine_id in self._prefixes.values():
+            self.engine.release(engine_id)
+        self._prefixes.clear()
+        self._parked_tokens = 0
+
+    def _swap(
+        self, path: str, version: str | None, flush_cache: bool, need_idle: bool = False
+    ) -> tuple[bool, str] | None:
+        live = [*self._live.values(), *self._retracted]
+        if need_idle and live:
+            return None  # a request slipped in: wait for it too
+        try:
+            state = read_weights(Path(path))
+            self._load(state, busy=bool(self._live))
+        except (OSError, ValueError, RuntimeError) as exc:
+            return False, f"Failed to update weights: {type(exc).__name__}: {exc}"
+        self._drop_prefixes()
+        if version is not None:
+            self._relabel(version)
+        log.info("serve_weights_updated", path=path, version=self.version, live=len(live))
+        if flush_cache and live:
+            return False, (
+                "Weights were updated, but the cache was not flushed because requests are "
+                "still running or queued."
+            )
+        return True, "Succeeded to update model weights."
+
+    def _load(self, state: Mapping[str, torch.Tensor], busy: bool) -> None:
+        if busy:  # in-place pause: requests keep their KV, later tokens use the new weights
+            load_weights_into(self.engine.model, state)
+        else:
+            self.engine.update_weights(state, self.engine.weight_version + 1)
+
+    def _relabel(self, version: str) -> None:
+        self.version = version
+        for sub in [*self._live.values(), *self._retracted]:
+            sub.push(Version(version))

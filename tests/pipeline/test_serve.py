@@ -1,0 +1,331 @@
+"""`seer serve` over real HTTP (uvicorn on 127.0.0.1, httpx): SGLang 0.5.23's /generate and
+control API over the built-in engine; every /generate request and response judged by SGLang's
+own schema (CheckedClient)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.model import load_model, save_hf_folder
+from pipeline.serve import ServeOptions, ServerHandle, start_server
+from pipeline.serve.schema import SchemaError, validate_generate_request
+from tests.pipeline.serve_util import (
+    CheckedClient,
+    engine_greedy,
+    greedy_body,
+    save_tiny,
+)
+
+pytestmark = pytest.mark.timeout(120)
+PROMPTS = [[257, 7, 258 - 1, 3], [257, 42, 1, 2, 3, 4], [257, 200], [257, 9, 9, 9, 9, 9, 9, 9]]
+SLOW = ServeOptions(step_delay_s=0.02)  # 20 ms per engine step: requests stay in flight
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny(tmp_path_factory.mktemp("serve") / "tiny.safetensors")
+
+
+@pytest.fixture(scope="module")
+def other_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same shape, other weights, as a Hugging Face folder (what SGLang loads)."""
+    root = tmp_path_factory.mktemp("other")
+    save_hf_folder(load_model(save_tiny(root / "seed1.safetensors", seed=1)), root / "hf")
+    return root / "hf"
+
+
+@pytest.fixture(scope="module")
+def server(model_path: Path) -> Iterator[ServerHandle]:
+    with start_server(str(model_path), "127.0.0.1", 0) as handle:
+        yield handle
+
+
+@pytest.fixture
+def slow(model_path: Path) -> Iterator[ServerHandle]:
+    with start_server(str(model_path), "127.0.0.1", 0, SLOW) as handle:
+        yield handle
+
+
+@pytest.fixture
+def client(server: ServerHandle) -> Iterator[CheckedClient]:
+    c = CheckedClient(server.url)
+    yield c
+    c.close()
+
+
+def test_greedy_generate_equals_the_engine_for_concurrent_requests(
+    client: CheckedClient, model_path: Path
+) -> None:
+    expected = engine_greedy(model_path, PROMPTS, 12)
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        bodies = [greedy_body(p, 12, f"g{i}:0#") for i, p in enumerate(PROMPTS)]
+        responses = list(pool.map(client.generate, bodies))
+    for i, (response, tokens) in enumerate(zip(responses, expected, strict=True)):
+        assert response.status_code == 200
+        body = response.json()
+        meta = body["meta_info"]
+        assert body["output_ids"] == tokens
+        assert meta["id"] == f"g{i}:0#"
+        assert meta["prompt_tokens"] == len(PROMPTS[i])
+        assert meta["completion_tokens"] == len(tokens)
+        assert [e[1] for e in meta["output_token_logprobs"]] == tokens
+        assert all(len(e) == 3 and e[0] <= 0 for e in meta["output_token_logprobs"])
+        if tokens[-1] == 258:
+            assert meta["finish_reason"] == {"type": "stop", "matched": 258}
+        else:
+            assert meta["finish_reason"] == {"type": "length", "length": 12}
+        assert meta["weight_version"] == "default"
+        assert meta["weight_versions"] == [{"version": "default", "start": 0, "end": len(tokens)}]
+
+
+def test_batch_request_returns_a_list_in_order(client: CheckedClient, model_path: Path) -> None:
+    expected = engine_greedy(model_path, PROMPTS[:2], 6)
+    body = greedy_body(PROMPTS[0], 6, "x")
+    body.update(input_ids=PROMPTS[:2], rid=["b0", "b1"])
+    response = client.generate(body)
+    assert response.status_code == 200
+    out = response.json()
+    assert [o["meta_info"]["id"] for o in out] == ["b0", "b1"]
+    assert [o["output_ids"] for o in out] == expected
+
+
+def test_next_chunk_resumes_on_the_cached_prefix(client: CheckedClient, model_path: Path) -> None:
+    [whole] = engine_greedy(model_path, [[257, 5, 6]], 10)
+    first = client.generate(greedy_body([257, 5, 6], 4, "c:0:0#")).json()
+    assert first["meta_info"]["finish_reason"] == {"type": "length", "length": 4}
+    resume = [257, 5, 6, *first["output_ids"]]
+    second = client.generate(greedy_body(resume, 6, "c:0:1#")).json()
+    assert second["meta_info"]["cached_tokens"] == len(resume) - 1  # only the last is new
+    assert first["output_ids"] + second["output_ids"] == whole
+
+
+def test_stream_sends_cumulative_frames_then_done(client: CheckedClient, model_path: Path) -> None:
+    [tokens] = engine_greedy(model_path, [PROMPTS[1]], 10)
+    frames = client.stream(greedy_body(PROMPTS[1], 10, "s:0#"))
+    assert len(frames) == len(tokens)  # one frame per decode step (no drafts)
+    for n, frame in enumerate(frames, start=1):
+        assert frame["output_ids"] == tokens[:n]
+        assert len(frame["meta_info"]["output_token_logprobs"]) == n
+        assert (frame["meta_info"]["finish_reason"] is None) == (n < len(frames))
+    assert frames[-1]["meta_info"]["finish_reason"]["type"] in ("stop", "length")
+
+
+@pytest.mark.parametrize(
+    ("sampling", "shape"),
+    [
+        ({"max_tokens": 8}, "contract"),  # SGLang's name is max_new_tokens
+        ({"max_new_tokens": 8.0}, "contract"),  # a float where an i64 belongs
+        ({"seed": 1}, "contract"),
+        ({"top_k": 0}, "message"),  # -1 or >= 1
+        ({"max_new_tokens": 253}, "message"),  # 4 + 253 > 256: context overflow
+        ({"stop": ["x"]}, "message"),  # stop strings: not implemented here
+    ],
+)
+def test_bad_requests_get_sglangs_400(
+    client: CheckedClient, sampling: dict[str, Any], shape: str
+) -> None:
+    body = {"input_ids": [257, 1, 2, 3], "sampling_params": sampling}
+    response = client.http.post("/generate", json=body)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    if shape == "contract":  # the gate's text, as SGLang's own schema refuses it too
+        assert isinstance(error, str)
+        with pytest.raises(SchemaError):
+            validate_generate_request(body)
+    else:
+        assert isinstance(error["message"], str) and error["message"]
+
+
+def test_a_prompt_that_fills_the_context_is_refused(client: CheckedClient) -> None:
+    body = {"input_ids": [1] * 256, "sampling_params": {"max_new_tokens": 1}}
+    response = client.generate(body)
+    assert response.status_code == 400
+    assert "context length" in response.json()["error"]["message"]
+    garbage = client.http.post("/generate", content=b"{not json")
+    assert garbage.status_code == 400
+
+
+def test_loads_report_sglang_fields(client: CheckedClient) -> None:
+    response = client.http.get("/v1/loads", params={"include": "core"})
+    assert response.status_code == 200
+    body = response.json()
+    [rank] = body["loads"]
+    for key in ("num_running_reqs", "num_waiting_reqs", "num_used_tokens"):
+        assert rank[key] == 0, key  # idle: cached prefixes count as evictable, not used
+    assert rank["max_total_num_tokens"] == ServeOptions().kv_budget_tokens
+    assert rank["max_running_requests"] == ServeOptions().max_batch
+    assert client.http.get("/v1/loads", params={"include": "bogus"}).status_code == 400
+    for path in ("/health", "/health_generate", "/ready"):
+        assert client.http.get(path).status_code == 200, path
+    info = client.http.get("/server_info").json()
+    assert info["max_context_length"] == 256 and info["version"] == "0.5.23"
+
+
+# ---- in-flight behaviour on a deliberately slow server (20 ms per step) ---------------------
+
+
+def _in_background(fn: Callable[[], Any]) -> Future[Any]:
+    future: Future[Any] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn())
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=run, daemon=True).start()
+    return future
+
+
+def _wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def _running(c: CheckedClient) -> int:
+    return int(c.http.get("/v1/loads").json()["loads"][0]["num_running_reqs"])
+
+
+def _long(prompt: list[int], max_new: int, rid: str) -> dict[str, Any]:
+    body = greedy_body(prompt, max_new, rid)
+    body["sampling_params"]["ignore_eos"] = True
+    return body
+
+
+def test_abort_by_rid_prefix_returns_partial_output(slow: ServerHandle) -> None:
+    c = CheckedClient(slow.url)
+    jobs = {
+        rid: _in_background(lambda rid=rid: c.generate(_long([257, 3], 200, rid)).json())
+        for rid in ("g:0:0#", "g:1:0#", "h:0:0#")
+    }
+    _wait_for(lambda: _running(c) == 3, "three requests in one batch")
+    assert c.http.post("/abort_request", json={"rid": "g:"}).status_code == 200
+    for rid in ("g:0:0#", "g:1:0#"):
+        out = jobs[rid].result(timeout=30)
+        assert out["meta_info"]["finish_reason"]["type"] == "abort"
+        assert 0 < len(out["output_ids"]) < 200
+        assert len(out["meta_info"]["output_token_logprobs"]) == len(out["output_ids"])
+    assert (
+        c.http.post("/abort_request", json={"rid": "h:0:0#", "abort_all": False}).status_code == 200
+    )
+    assert jobs["h:0:0#"].result(timeout=30)["meta_info"]["finish_reason"]["type"] == "abort"
+    c.close()
+
+
+def test_pause_abort_blocks_new_requests_until_continue(slow: ServerHandle) -> None:
+    c = CheckedClient(slow.url)
+    running = _in_background(lambda: c.generate(_long([257, 4], 200, "p:0#")).json())
+    _wait_for(lambda: _running(c) == 1, "the request to run")
+    paused = c.http.post("/pause_generation", json={"mode": "abort"})
+    assert paused.json() == {"message": "Generation paused successfully.", "status": "ok"}
+    out = running.result(timeout=30)
+    assert out["meta_info"]["finish_reason"]["type"] == "abort"
+    assert 0 < len(out["output_ids"]) < 200
+    blocked = _in_background(lambda: c.generate(_long([257, 4], 3, "p:1#")).json())
+    _wait_for(lambda: c.http.get("/v1/loads").json()["loads"][0]["num_waiting_reqs"] == 1, "gate")
+    assert not blocked.done()  # /generate blocks while paused
+    assert c.http.get("/ready").status_code == 503
+    assert c.http.post("/continue_generation", json={}).status_code == 200
+    assert blocked.result(timeout=30)["meta_info"]["finish_reason"]["type"] == "length"
+    assert c.http.get("/ready").status_code == 200
+    c.close()
+
+
+def test_pause_retract_requeues_and_finishes_after_continue(slow: ServerHandle) -> None:
+    c = CheckedClient(slow.url)
+    job = _in_background(lambda: c.generate(_long([257, 5], 40, "r:0#")).json())
+    _wait_for(lambda: _running(c) == 1, "the request to run")
+    assert c.http.post("/pause_generation", json={"mode": "retract"}).status_code == 200
+    [rank] = c.http.get("/v1/loads").json()["loads"]
+    assert (rank["num_running_reqs"], rank["num_waiting_reqs"]) == (0, 1)
+    assert not job.done()
+    c.http.post("/continue_generation", json={})
+    out = job.result(timeout=30)
+    assert out["meta_info"]["finish_reason"] == {"type": "length", "length": 40}
+    assert len(out["output_ids"]) == 40
+    assert out["meta_info"]["num_retractions"] == 1
+    c.close()
+
+
+def test_queued_request_aborted_at_the_gate_has_sglangs_queued_shape(slow: ServerHandle) -> None:
+    c = CheckedClient(slow.url)
+    c.http.post("/pause_generation", json={"mode": "in_place"})
+    job = _in_background(lambda: c.generate(_long([257, 6], 5, "q:0#")).json())
+    _wait_for(lambda: c.http.get("/v1/loads").json()["loads"][0]["num_waiting_reqs"] == 1, "gate")
+    c.http.post("/abort_request", json={"rid": "q:0#"})
+    out = job.result(timeout=30)
+    assert out["output_ids"] == []
+    assert out["meta_info"]["finish_reason"]["type"] == "abort"
+    assert "prompt_tokens" not in out["meta_info"]
+    c.http.post("/continue_generation", json={})
+    c.close()
+
+
+def test_in_place_weight_update_splits_weight_versions(
+    slow: ServerHandle, other_weights: Path
+) -> None:
+    c = CheckedClient(slow.url)
+    job = _in_background(lambda: c.generate(_long([257, 8], 40, "w:0#")).json())
+    _wait_for(lambda: _running(c) == 1, "the request to run")
+    c.http.post("/pause_generation", json={"mode": "in_place"})
+    update = {"model_path": str(other_weights), "weight_version": "v2", "flush_cache": True}
+    refused = c.http.post("/update_weights_from_disk", json=update)
+    assert refused.status_code == 400  # SGLang: weights updated, cache not flushed
+    assert refused.json()["success"] is False
+    update["flush_cache"] = False
+    done = c.http.post("/update_weights_from_disk", json=update)
+    assert done.status_code == 200 and done.json()["success"] is True
+    c.http.post("/continue_generation", json={})
+    meta = job.result(timeout=30)["meta_info"]
+    [old, new] = meta["weight_versions"]
+    assert old["version"] == "default" and new["version"] == "v2"
+    assert old["start"] == 0 < old["end"] == new["start"] < new["end"] == 40
+    assert meta["weight_version"] == "v2"
+    c.close()
+
+
+def test_flush_cache_is_refused_while_busy_and_waits_with_timeout(slow: ServerHandle) -> None:
+    c = CheckedClient(slow.url)
+    job = _in_background(lambda: c.generate(_long([257, 9], 40, "f:0#")).json())
+    _wait_for(lambda: _running(c) == 1, "the request to run")
+    assert c.http.post("/flush_cache").status_code == 400
+    assert c.http.post("/flush_cache", params={"timeout": "0.01"}).status_code == 400
+    assert c.http.post("/flush_cache", params={"timeout": "30"}).status_code == 200
+    assert _running(c) == 0  # it waited for the request to end
+    assert job.result(timeout=30)["meta_info"]["finish_reason"]["type"] == "length"
+    c.close()
+
+
+def test_update_weights_from_disk_changes_outputs_and_version(
+    model_path: Path, other_weights: Path, tmp_path: Path
+) -> None:
+    with start_server(str(model_path), "127.0.0.1", 0) as handle:
+        c = CheckedClient(handle.url)
+        prompt = [257, 11, 12]
+        [before] = engine_greedy(model_path, [prompt], 8)
+        [after] = engine_greedy(save_tiny(tmp_path / "seed1.safetensors", seed=1), [prompt], 8)
+        assert before != after
+        assert c.generate(greedy_body(prompt, 8, "u:0#")).json()["output_ids"] == before
+        update = {"model_path": str(other_weights), "weight_version": "v1"}
+        response = c.http.post("/update_weights_from_disk", json=update)
+        assert response.status_code == 200 and response.json()["success"] is True
+        out = c.generate(greedy_body(prompt, 8, "u:1#")).json()
+        assert out["output_ids"] == after
+        assert out["meta_info"]["weight_version"] == "v1"
+        assert c.http.get("/model_info").json()["weight_version"] == "v1"
+        bad = c.http.post("/update_weights_from_disk", json={"model_path": str(tmp_path / "no")})
+        assert bad.status_code == 400 and bad.json()["success"] is False
+        assert c.generate(greedy_body(prompt, 8, "u:2#")).json()["output_ids"] == after
+        relabel = {"new_version": "v9", "abort_all_requests": False}
+        assert c.http.post("/update_weight_version", json=relabel).json()["success"] is True
+        assert c.http.get("/model_info").json()["weight_version"] == "v9"
+        c.close()
