@@ -111,6 +111,8 @@ class SchedulerCore:
         self._telemetry = [0] * num_instances
         self._down: set[int] = set()
         self._num_finished = 0
+        # dispatches left before the next anti-starvation promotion is allowed
+        self._until_promotion = 0
         use_index = indexed and policy.ranked and policy.bounded_by_capacity
         self._index = WaitingIndex(policy) if use_index else None
 
@@ -233,30 +235,34 @@ class SchedulerCore:
             if found is None:
                 break
             cursor, req = found
-            self._try_dispatch(req, True, now, out)
+            self._try_dispatch(req, True, now, out, promoted=cursor[0] == 0)
         return out
 
     def _dispatch_by_scan(self, now: float) -> list[Dispatch]:
         """The plain way: sort every waiting request, try each in turn."""
         out: list[Dispatch] = []
         bounded = self.policy.bounded_by_capacity
-        for req in list(self.policy.order(list(self._waiting.values()), now)):
+        waiting = list(self._waiting.values())
+        starved = [(True, r) for r in self.policy.starved(waiting, now)]
+        for promoted, req in starved + [(False, r) for r in self.policy.order(waiting, now)]:
             if bounded and not self._has_free_slot():
                 break
             if self._waiting.get(req.request_id) is not req:
-                continue  # defensive: a policy may only return waiting requests
-            self._try_dispatch(req, bounded, now, out)
+                continue  # dispatched already (a promotion), or not waiting (defensive)
+            if promoted and self._until_promotion > 0:
+                continue  # one promotion per `starvation_every` dispatches
+            self._try_dispatch(req, bounded, now, out, promoted=promoted)
         return out
 
     def _try_dispatch(
-        self, req: RequestState, bounded: bool, now: float, out: list[Dispatch]
+        self, req: RequestState, bounded: bool, now: float, out: list[Dispatch], *, promoted: bool
     ) -> None:
         max_tokens = min(self.chunk_size, req.remaining) if self.policy.chunked else req.remaining
         kv_need = req.prompt_len + req.generated + max_tokens
         instance = self._place(req, kv_need, bounded)
         if instance is not None:
             kv_need = need_on(req, instance, kv_need, req.prompt_len + req.generated)
-            out.append(self._dispatch(req, instance, max_tokens, kv_need, now))
+            out.append(self._dispatch(req, instance, max_tokens, kv_need, promoted))
 
     def _next_placeable(self, cursor: Key) -> tuple[Key, RequestState] | None:
         """The first waiting request after `cursor` in the policy's order that `_place` would
@@ -287,7 +293,9 @@ class SchedulerCore:
             accept = None
             if candidates and all(self._homed[p.index] for p in candidates):
                 accept = self._admitted_by(candidates)
-            found = self._index.first_after(home, cursor, accept, best[0] if best else None)
+            found = self._index.first_after(
+                home, cursor, accept, best[0] if best else None, promote=self._until_promotion <= 0
+            )
             if found is not None and (best is None or found[0] < best[0]):
                 best = found
         return best
@@ -350,10 +358,12 @@ class SchedulerCore:
         return (load.num_running, self._homed_kv[load.index] / kv_tokens_total, load.index)
 
     def _dispatch(
-        self, req: RequestState, instance: int, max_tokens: int, kv_need: int, now: float
+        self, req: RequestState, instance: int, max_tokens: int, kv_need: int, promoted: bool
     ) -> Dispatch:
-        if self.policy.is_starved(req, now):
+        self._until_promotion -= 1
+        if promoted:
             self.counters["starvation_picks"] += 1
+            self._until_promotion = self.policy.starvation_every - 1
         if req.kv_instance is not None and req.kv_instance != instance:
             self.counters["chunks_moved"] += 1
         self.counters["dispatches"] += 1
