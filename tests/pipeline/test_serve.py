@@ -4,6 +4,10 @@ own schema (CheckedClient)."""
 
 from __future__ import annotations
 
+import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -329,3 +333,33 @@ def test_update_weights_from_disk_changes_outputs_and_version(
         assert c.http.post("/update_weight_version", json=relabel).json()["success"] is True
         assert c.http.get("/model_info").json()["weight_version"] == "v9"
         c.close()
+
+
+def test_seer_serve_command_serves_an_hf_folder(other_weights: Path, tmp_path: Path) -> None:
+    """`seer serve --model <HF folder> --port 0` as a subprocess: URL on its first line,
+    healthy, generating what the engine generates on those weights; stops on SIGTERM."""
+    command = [sys.executable, "-m", "pipeline.cli", "serve", "--model", str(other_weights)]
+    proc = subprocess.Popen(
+        [*command, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        lines: Future[str] = _in_background(lambda: proc.stdout.readline() if proc.stdout else "")
+        first = lines.result(timeout=60)
+        match = re.search(r"listening on (http://127\.0\.0\.1:\d+)", first)
+        assert match, first
+        c = CheckedClient(match.group(1))
+        assert c.http.get("/health_generate").status_code == 200
+        reference = save_tiny(tmp_path / "seed1.safetensors", seed=1)
+        [expected] = engine_greedy(reference, [[257, 21, 22]], 6)
+        out = c.generate(greedy_body([257, 21, 22], 6, "cli:0#")).json()
+        assert out["output_ids"] == expected
+        assert c.http.get("/model_info").json()["model_path"] == str(other_weights)
+        c.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert proc.returncode in (0, -signal.SIGTERM)  # uvicorn re-raises it after shutdown
