@@ -28,7 +28,7 @@ $(SGLANG_STAMP): | $(STAMP)
 $(STAMP): pyproject.toml setup.py actors/drafts/_suffix_tree.cpp
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check $(TORCH)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,ray]'
 	touch $(STAMP)
 
 lint: setup

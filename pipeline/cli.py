@@ -113,6 +113,18 @@ def _cmd_actor(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     configure_logging(config.log_level)
+    if args.role is None:  # static launch: which actor this is comes from the rank
+        from pipeline.launch_static import actor_for_rank, rank_from_env
+
+        rank = rank_from_env(os.environ)
+        if rank is None:
+            raise ValueError("give --role (and --index), or set SEER_RANK / SLURM_PROCID / RANK")
+        args.role, args.index = actor_for_rank(config, rank)
+    if args.registry:
+        from pipeline.launch_static import run_registered_actor
+
+        run_registered_actor(config, args.role, args.index, args.registry, host=args.host)
+        return 0
     transport = zmq_transport(config)
     actor = build_actor(config, args.role, args.index, transport, in_process=False)
     # SEER_PROFILE="<role>:<path>": cProfile this actor's process (`seer bench scheduler`)
@@ -216,8 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
     roll.set_defaults(fn=_cmd_rollout)
     actor = sub.add_parser("actor", help="start one actor of a topology by hand")
     actor.add_argument("--config", required=True)
-    actor.add_argument("--role", required=True)
+    actor.add_argument("--role", help="default: the rank-th actor (SEER_RANK, SLURM_PROCID...)")
     actor.add_argument("--index", type=int, default=0)
+    actor.add_argument("--registry", help="shared folder where actors publish their addresses")
+    actor.add_argument("--host", default="", help="registry: address to bind (default: outward)")
     actor.set_defaults(fn=_cmd_actor)
     bench = sub.add_parser("bench", help="benchmarks that compare variants side by side")
     bench.add_argument("name", choices=sorted(BENCHES))

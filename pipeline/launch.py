@@ -1,4 +1,4 @@
-"""Two launchers that run the same actor code.
+"""Launchers that run the same actor code: `launch(config, launcher=...)` picks one.
 
 `launch_local(config)`: one OS process per actor (`seer actor ...`), sockets over ipc or
 tcp. It awaits every actor's `ActorReady` (failing fast, with the actor's log tail, if one
@@ -8,7 +8,11 @@ the launcher itself is killed (children get PDEATHSIG and also watch their paren
 `launch_inprocess(config)`: every actor as a task in the caller's event loop over
 in-process channels, for embedding and tests.
 
-Both yield a `Cluster`: the driver's handle to send to, call and receive from actors.
+`launch_ray` (pipeline/launch_ray.py): every actor a Ray actor, placed by Ray, talking
+over tcp + CURVE. `launch_static` (pipeline/launch_static.py): attach to actors started by
+hand or by Slurm/Kubernetes (`seer actor`), at fixed addresses or through a registry.
+
+All yield a `Cluster`: the driver's handle to send to, call and receive from actors.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import IO, Any
 import anyio
 import structlog
 
-from actors.base import Mailbox
+from actors.base import AddressBook, Mailbox
 from pipeline.config import CONTROL, DRIVER, PipelineConfig, save_config
 from pipeline.registry import build_actor, socket_options, validate_topology, zmq_transport
 from transport.channels import RecvChannel, ReplyChannel, Transport
@@ -63,18 +67,30 @@ class ActorStatus:
     num_failed: int = 0
     num_rejected: int = 0
     log_path: Path | None = None
+    lost: bool = False  # died without being asked to stop (a launcher's liveness signal)
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
 
 class Cluster:
     """The driver's view of a running topology."""
 
-    def __init__(self, config: PipelineConfig, transport: Transport) -> None:
+    def __init__(
+        self,
+        config: PipelineConfig,
+        transport: Transport,
+        *,
+        address_of: AddressBook | None = None,
+        inbox: ReplyChannel | None = None,
+        control: RecvChannel | None = None,
+    ) -> None:
+        """`address_of`, `inbox`, `control`: a launcher that learnt the addresses at run
+        time (Ray, static) passes its book and the driver's sockets it bound already."""
         self.config = config
         self.transport = transport
-        self.mailbox = Mailbox(transport, config.address)
-        self.inbox: ReplyChannel = transport.reply(config.address(DRIVER), bind=True)
-        self.control: RecvChannel = transport.pull(config.address(CONTROL), bind=True)
+        self.address_of = address_of or config.address
+        self.mailbox = Mailbox(transport, self.address_of)
+        self.inbox: ReplyChannel = inbox or transport.reply(config.address(DRIVER), bind=True)
+        self.control: RecvChannel = control or transport.pull(config.address(CONTROL), bind=True)
         self.status = {key: ActorStatus(*key) for key in config.topology.instances()}
 
     async def send(self, role: str, index: int, msg: Message) -> None:
@@ -140,6 +156,29 @@ class Cluster:
 
     def not_ready(self) -> list[str]:
         return [f"{r}-{i}" for (r, i), s in self.status.items() if not s.ready]
+
+
+LAUNCHERS = ("local", "inprocess", "ray", "static")
+
+
+def launch(
+    config: PipelineConfig, launcher: str = "local", **kwargs: Any
+) -> contextlib.AbstractAsyncContextManager[Cluster]:
+    """`async with launch(config, "ray") as cluster:` one entry to every launcher; keyword
+    arguments go to the launcher (e.g. `registry=` for static)."""
+    if launcher == "local":
+        return launch_local(config, **kwargs)
+    if launcher == "inprocess":
+        return launch_inprocess(config, **kwargs)
+    if launcher == "ray":
+        from pipeline.launch_ray import launch_ray
+
+        return launch_ray(config, **kwargs)
+    if launcher == "static":
+        from pipeline.launch_static import launch_static
+
+        return launch_static(config, **kwargs)
+    raise ValueError(f"unknown launcher {launcher!r}; use one of {list(LAUNCHERS)}")
 
 
 # --- one process per actor ---------------------------------------------------------------

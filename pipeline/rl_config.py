@@ -46,7 +46,7 @@ class RunConfig:
     eval_prompts: int = 64  # held-out prompts scored before training and every eval_every
     eval_samples: int = 4
     eval_every: int = 20
-    mode: Literal["local", "inprocess"] = "local"
+    mode: Literal["local", "inprocess", "ray"] = "local"
 
     def __post_init__(self) -> None:
         for name in ("iterations", "prompts_per_iteration", "group_size", "max_new_tokens"):

@@ -85,6 +85,16 @@ class ActorStopped(Message):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PeerLost(Message):
+    """A launcher saw actor `role`/`index` die (Ray's liveness: its run ended); sent to the
+    scheduler, which re-queues a lost generator's chunks as when it stops answering."""
+
+    role: str
+    index: int
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Ack(Message):
     """Empty positive reply to a call."""
 
@@ -671,6 +681,7 @@ REGISTRY: Final[dict[int, type[Message]]] = {
     6: ErrorReply,
     7: GetStats,
     8: ActorStats,
+    9: PeerLost,
     10: Ping,
     11: Pong,
     12: TensorBlob,

@@ -164,6 +164,13 @@ class _Socket:
             frames.append(self._sync.recv(copy=False))
         return frames
 
+    @property
+    def endpoint(self) -> str:
+        """The address this socket last bound or connected, with a wildcard port resolved
+        (`tcp://10.0.0.5:*` binds a free port; this says which)."""
+        endpoint = self._sync.get(zmq.LAST_ENDPOINT)
+        return endpoint.decode() if isinstance(endpoint, bytes) else str(endpoint)
+
     def close(self) -> None:
         if not self._async.closed:
             self._async.close(linger=int(self.options.linger_s * 1000))

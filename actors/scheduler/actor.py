@@ -48,6 +48,7 @@ from transport.messages import (
     LoadInfo,
     LoadReport,
     Message,
+    PeerLost,
     RequestFinished,
     RequestsAdded,
     RolloutFailed,
@@ -92,6 +93,7 @@ class SchedulerActor(Actor):
             EstimateUpdated: self.handle_estimate_updated,
             WeightsPublished: self.handle_weights_published,
             GetLiveGenerators: self.handle_get_live_generators,
+            PeerLost: self.handle_peer_lost,
         }
 
     def counters(self) -> dict[str, float]:
@@ -390,9 +392,26 @@ class SchedulerActor(Actor):
                 try:
                     await self._load(i, timeout=self.opts.health_timeout_s)
                 except TransportError as exc:
-                    self.down.add(i)
                     if self.current is not run:
+                        self.down.add(i)
                         break
-                    await self._lose(run, i, str(exc))
-                    if self.current is not run:
+                    if not await self._lose_generator(i, str(exc)):
                         break
+
+    async def handle_peer_lost(self, msg: PeerLost) -> None:
+        """The launcher saw a generator die (e.g. Ray's liveness): the same path as a
+        generator that stops answering, without waiting for the health check."""
+        if msg.role == "generator" and 0 <= msg.index < self.num_generators:
+            await self._lose_generator(msg.index, msg.reason or "reported lost by the launcher")
+
+    async def _lose_generator(self, i: int, reason: str) -> bool:
+        """Mark generator `i` down and re-queue its chunks from their last committed
+        progress; False when that left no generator and the rollout was abandoned."""
+        if i in self.down:
+            return True
+        self.down.add(i)
+        run = self.current
+        if run is None:
+            return True
+        await self._lose(run, i, reason)
+        return self.current is run

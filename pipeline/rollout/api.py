@@ -5,8 +5,10 @@
         await rollout.update_weights(model.state_dict(), version=1)
 
 `Rollout(config)` launches the rollout actors (splitter, estimator, scheduler, generators)
-as local processes (`mode="local"`) or in this event loop (`mode="inprocess"`), and stops
-them on exit. `generate` returns one `Group` per prompt, each with `group_size` samples
+as local processes (`mode="local"`), in this event loop (`mode="inprocess"`), as Ray actors
+(`mode="ray"`) or attaches to actors started elsewhere (`mode="static"`; `launcher_options`
+go to the launcher, e.g. `{"registry": folder}`), and stops them on exit. `generate`
+returns one `Group` per prompt, each with `group_size` samples
 (token ids, logprobs, finish reason, weight versions, timing), and refuses an off-policy
 sample: every chunk of every sample must carry the version last published.
 `update_weights` sends the state dict to every generator in bounded buckets and publishes
@@ -29,7 +31,7 @@ from actors.drafts.options import SpecConfig
 from actors.trainer.core import OffPolicyError as OffPolicyError  # raised by generate()
 from actors.trainer.publish import publish_weights
 from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfig
-from pipeline.launch import Cluster, launch_inprocess, launch_local
+from pipeline.launch import Cluster, launch
 from pipeline.rollout.metrics import compute_metrics, save_metrics
 from pipeline.rollout.plot import plot_timeline
 from pipeline.rollout.trace import save_trace
@@ -132,13 +134,15 @@ class Rollout:
         self,
         config: PipelineConfig,
         *,
-        mode: Literal["local", "inprocess"] = "local",
+        mode: Literal["local", "inprocess", "ray", "static"] = "local",
         bucket_bytes: int = 16 << 20,
         timeout_s: float = 3600.0,
         scheduler_silence_s: float = 10.0,
+        launcher_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.config = config
         self.mode = mode
+        self.launcher_options = dict(launcher_options or {})
         self.bucket_bytes = bucket_bytes
         self.timeout_s = timeout_s
         self.scheduler_silence_s = scheduler_silence_s
@@ -148,8 +152,8 @@ class Rollout:
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> Rollout:
-        launch = launch_local if self.mode == "local" else launch_inprocess
-        self.cluster = await self._stack.enter_async_context(launch(self.config))
+        launched = launch(self.config, self.mode, **self.launcher_options)
+        self.cluster = await self._stack.enter_async_context(launched)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
