@@ -14,6 +14,7 @@ other weight-update routes (tensor, distributed, IPC), LoRA, sessions.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -21,6 +22,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import structlog
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -36,6 +38,7 @@ from pipeline.serve.bridge import (
     Done,
     EngineBridge,
     ServerBusyError,
+    ServerStoppedError,
     Submission,
     Version,
 )
@@ -55,6 +58,7 @@ from pipeline.serve.protocol import (
 log = structlog.get_logger()
 API_VERSION = "0.5.23"  # the SGLang release whose API this server speaks
 HEALTH_TIMEOUT_S = 20.0
+DISCONNECT_POLL_S = 0.25
 LOAD_SECTIONS = frozenset({"core", "memory", "spec", "lora", "disagg", "queues", "all"})
 
 
@@ -90,7 +94,12 @@ def build_app(bridge: EngineBridge, info: ServerInfo) -> Starlette:
         Route("/health_generate", server.health, methods=["GET"]),
         Route("/ready", server.ready, methods=["GET"]),
     ]
-    return Starlette(routes=routes, exception_handlers={ContractError: _contract_error})
+    handlers = {ContractError: _contract_error, ServerStoppedError: _stopped}
+    return Starlette(routes=routes, exception_handlers=handlers)
+
+
+async def _stopped(request: Request, exc: Exception) -> Response:
+    return JSONResponse({"error": {"message": str(exc)}}, status_code=503)
 
 
 async def _contract_error(request: Request, exc: Exception) -> Response:
@@ -115,10 +124,19 @@ class _Server:
         except (ContractError, RequestError) as exc:
             return JSONResponse(error_body(exc), status_code=400)
         if stream:
-            frames = self._stream(specs, is_batch, start)
+            frames = self._stream(request, specs, is_batch, start)
             return StreamingResponse(frames, media_type="text/event-stream")
+        work = asyncio.ensure_future(asyncio.gather(*(self._run_one(s, start) for s in specs)))
+        while not work.done():  # a client that hangs up has its requests aborted
+            await asyncio.wait({work}, timeout=DISCONNECT_POLL_S)
+            if not work.done() and await request.is_disconnected():
+                log.info("serve_client_disconnected", rids=[s.rid for s in specs])
+                work.cancel()
+                with contextlib.suppress(asyncio.CancelledError, EngineError):
+                    await work
+                return Response(status_code=499)
         try:
-            outs = await asyncio.gather(*(self._run_one(s, start) for s in specs))
+            outs = work.result()
         except EngineError as exc:
             return JSONResponse(error_body(RequestError(str(exc))), status_code=400)
         return JSONResponse(outs if is_batch else outs[0])
@@ -132,14 +150,17 @@ class _Server:
                     self._apply(spec, out, event)
         finally:
             if not sub.is_done:  # cancelled (client gone): free the engine
-                await self.bridge.abort(spec.rid)
+                with anyio.CancelScope(shield=True):
+                    await self.bridge.abort(spec.rid)
         return self._response(spec, out, start)
 
     async def _stream(
-        self, specs: list[GenerateSpec], is_batch: bool, start: float
+        self, request: Request, specs: list[GenerateSpec], is_batch: bool, start: float
     ) -> AsyncIterator[bytes]:
         merged: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
         subs: list[Submission] = []
+        # uvicorn drops frames sent to a client that hung up without telling the app: watch
+        watcher = asyncio.ensure_future(_watch_disconnect(request, merged))
         try:
             for i, spec in enumerate(specs):
                 try:
@@ -153,6 +174,9 @@ class _Server:
             open_ = len(subs)
             while open_:
                 i, events = await merged.get()
+                if i < 0:
+                    log.info("serve_client_disconnected", rids=[s.rid for s in specs])
+                    return
                 out = outs[i]
                 for event in events:
                     self._apply(specs[i], out, event)
@@ -163,9 +187,11 @@ class _Server:
                     open_ -= 1
             yield b"data: [DONE]\n\n"
         finally:
-            for sub in subs:
-                if not sub.is_done:  # the client went away mid-stream
-                    await self.bridge.abort(sub.spec.rid)
+            watcher.cancel()
+            with anyio.CancelScope(shield=True):  # Starlette cancels us on a disconnect
+                for sub in subs:
+                    if not sub.is_done:  # the client went away mid-stream
+                        await self.bridge.abort(sub.spec.rid)
 
     def _apply(self, spec: GenerateSpec, out: Output, event: Any) -> None:
         if isinstance(event, Version):
@@ -369,6 +395,12 @@ class _Server:
         if self.bridge.paused is not None or not self.bridge.is_alive:
             return JSONResponse({"status": "not ready", "paused": self.bridge.paused}, 503)
         return JSONResponse({"status": "ready"})
+
+
+async def _watch_disconnect(request: Request, merged: asyncio.Queue[tuple[int, Any]]) -> None:
+    while not await request.is_disconnected():
+        await asyncio.sleep(DISCONNECT_POLL_S)
+    merged.put_nowait((-1, ()))
 
 
 async def _forward(index: int, sub: Submission, merged: asyncio.Queue[tuple[int, Any]]) -> None:

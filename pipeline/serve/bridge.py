@@ -38,6 +38,7 @@ from itertools import count
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+import anyio
 import structlog
 import torch
 
@@ -116,6 +117,10 @@ class ServerBusyError(RuntimeError):
     """The operation needs an idle server (no request running or queued)."""
 
 
+class ServerStoppedError(RuntimeError):
+    """The engine thread has stopped (the server is shutting down): HTTP 503."""
+
+
 class EngineBridge:
     def __init__(
         self, engine: TorchEngine, *, version: str = "default", step_delay_s: float = 0.0
@@ -169,7 +174,12 @@ class EngineBridge:
                 self._gated.pop(key, None)
             if sub.is_done:  # aborted at the gate
                 return sub
-        await self._call(lambda: self._add(sub))
+        try:
+            await self._call(lambda: self._add(sub))
+        except asyncio.CancelledError:  # the add may still land: take it out again
+            with anyio.CancelScope(shield=True):
+                await self._call(lambda: self._abort_matching(lambda s: s is sub))
+            raise
         return sub
 
     async def abort(self, rid: str, abort_all: bool = False) -> int:
@@ -255,9 +265,6 @@ class EngineBridge:
             max_running=load.max_running,
         )
 
-    def num_in_flight(self) -> int:
-        return len(self._live) + len(self._retracted) + len(self._gated)
-
     # ---- event-loop helpers ----------------------------------------------------------------
     def _gate_event(self) -> asyncio.Event:
         if self._gate is None:
@@ -271,6 +278,8 @@ class EngineBridge:
             sub.wake.set()
 
     async def _call(self, fn: Callable[[], T]) -> T:
+        if self._stop.is_set() or not self._thread.is_alive():
+            raise ServerStoppedError("the server is shutting down")
         future: Future[T] = Future()
         self._commands.put((fn, future))
         return await asyncio.wrap_future(future)
@@ -296,18 +305,25 @@ class EngineBridge:
     # ---- the engine thread -----------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop.is_set():
-            busy = self._stepping and self.engine.has_work()
-            self._run_commands(block=not busy)
-            if self._stepping and self.engine.has_work():
-                try:
-                    result = self.engine.poll()
-                except Exception as exc:  # the engine broke: end every request, keep serving
-                    log.exception("serve_engine_step_failed")
-                    self._abort_everything(f"engine error: {type(exc).__name__}: {exc}")
-                    continue
-                self._deliver(result)
-                if self.step_delay_s:
-                    self._stop.wait(self.step_delay_s)
+            try:
+                self._turn()
+            except Exception as exc:  # a bug or a broken engine: end every request, go on
+                log.exception("serve_engine_step_failed")
+                self._abort_everything(f"engine error: {type(exc).__name__}: {exc}")
+        while True:  # stopped: nothing queued after this point will run
+            try:
+                _, future = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            future.set_exception(ServerStoppedError("the server is shutting down"))
+
+    def _turn(self) -> None:
+        busy = self._stepping and self.engine.has_work()
+        self._run_commands(block=not busy)
+        if self._stepping and self.engine.has_work():
+            self._deliver(self.engine.poll())
+            if self.step_delay_s:
+                self._stop.wait(self.step_delay_s)
 
     def _run_commands(self, block: bool) -> None:
         try:

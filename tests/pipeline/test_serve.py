@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from actors.model import load_model, save_hf_folder
@@ -363,3 +364,19 @@ def test_seer_serve_command_serves_an_hf_folder(other_weights: Path, tmp_path: P
             proc.kill()
             proc.wait(timeout=10)
     assert proc.returncode in (0, -signal.SIGTERM)  # uvicorn re-raises it after shutdown
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_hangs_up_has_its_request_aborted(slow: ServerHandle, stream: bool) -> None:
+    c = CheckedClient(slow.url)
+    body = _long([257, 10], 250, "d:0#")
+    if stream:
+        with c.http.stream("POST", "/generate", json={**body, "stream": True}) as response:
+            next(response.iter_lines())  # the first frame: it is running; then hang up
+    else:
+        with pytest.raises(httpx.ReadTimeout):
+            c.http.post("/generate", json=body, timeout=0.5)
+    _wait_for(lambda: _running(c) == 0, "the abandoned request to end")
+    generated = slow.bridge.engine.counters().num_generated_tokens
+    assert generated < 250  # it did not run to its end
+    c.close()
