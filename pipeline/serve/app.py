@@ -375,6 +375,11 @@ class _Server:
             return Response(status_code=503)
         if self.bridge.paused is not None:  # the engine is held on purpose; its thread lives
             return Response(status_code=200)
+        # as SGLang: any output of the scheduler within the timeout passes, so a full batch
+        # does not make a health request wait behind it
+        progressed = await self.bridge.wait_for_step(HEALTH_TIMEOUT_S)
+        if progressed is not None:
+            return Response(status_code=200 if progressed else 503)
         spec = GenerateSpec(
             rid=f"HEALTH_CHECK_{uuid.uuid4().hex}",
             input_ids=(0,),

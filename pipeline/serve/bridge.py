@@ -137,6 +137,7 @@ class EngineBridge:
         self._parked_tokens = 0  # KV tokens the indexed prefixes hold (while not evicted)
         self._ids = count()
         self._stepping = True
+        self.num_steps = 0
         self._stop = threading.Event()
         self._gate: asyncio.Event | None = None
         self._holds = 0  # weight swaps waiting for the engine to drain
@@ -265,6 +266,19 @@ class EngineBridge:
             max_running=load.max_running,
         )
 
+    async def wait_for_step(self, timeout_s: float) -> bool | None:
+        """With requests in the engine: whether it completes a step within ``timeout_s``.
+        None when it has none (then only a request of one's own can tell)."""
+        before = self.num_steps
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while self.num_steps == before:
+            if not self._live:
+                return None
+            if asyncio.get_running_loop().time() > deadline:
+                return False
+            await asyncio.sleep(0.005)
+        return True
+
     # ---- event-loop helpers ----------------------------------------------------------------
     def _gate_event(self) -> asyncio.Event:
         if self._gate is None:
@@ -322,6 +336,7 @@ class EngineBridge:
         self._run_commands(block=not busy)
         if self._stepping and self.engine.has_work():
             self._deliver(self.engine.poll())
+            self.num_steps += 1
             if self.step_delay_s:
                 self._stop.wait(self.step_delay_s)
 

@@ -213,6 +213,7 @@ def test_abort_by_rid_prefix_returns_partial_output(slow: ServerHandle) -> None:
         for rid in ("g:0:0#", "g:1:0#", "h:0:0#")
     }
     _wait_for(lambda: _running(c) == 3, "three requests in one batch")
+    assert c.http.get("/health_generate").status_code == 200  # a busy engine is healthy
     assert c.http.post("/abort_request", json={"rid": "g:"}).status_code == 200
     for rid in ("g:0:0#", "g:1:0#"):
         out = jobs[rid].result(timeout=30)
