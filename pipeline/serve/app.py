@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -73,6 +74,8 @@ class ServerInfo:
     kv_budget_tokens: int
     max_prefill_tokens: int
     eos_token_id: int | None
+    kv_bytes_per_token: int = 0
+    weight_bytes: int = 0
 
 
 def build_app(bridge: EngineBridge, info: ServerInfo) -> Starlette:
@@ -107,10 +110,25 @@ async def _contract_error(request: Request, exc: Exception) -> Response:
     return JSONResponse(error_body(exc), status_code=400)
 
 
+class _Rate:
+    """Tokens per second between two successive readings of a monotonic counter."""
+
+    def __init__(self) -> None:
+        self._last: tuple[float, int] | None = None
+        self._rate = 0.0
+
+    def update(self, now: float, total: int) -> float:
+        if self._last is not None and now > self._last[0]:
+            self._rate = (total - self._last[1]) / (now - self._last[0])
+        self._last = (now, total)
+        return self._rate
+
+
 class _Server:
     def __init__(self, bridge: EngineBridge, info: ServerInfo) -> None:
         self.bridge = bridge
         self.info = info
+        self._throughput = _Rate()
         self.tokenizer = ByteTokenizer() if info.vocab_size == 259 else None
 
     # ---- /generate -----------------------------------------------------------------------
@@ -341,28 +359,45 @@ class _Server:
         )
 
     async def loads(self, request: Request) -> Response:
-        include = set(request.query_params.get("include", "core").split(","))
+        """SGLang's per-rank ``LoadSnapshot`` fields (one rank); ``include`` defaults to all."""
+        raw = request.query_params.get("include")
+        include = {part.strip() for part in raw.split(",")} if raw else {"all"}
         unknown = sorted(include - LOAD_SECTIONS)
-        if unknown:
-            message = f"unknown include section(s) {unknown}; known: {sorted(LOAD_SECTIONS)}"
-            return JSONResponse({"error": {"message": message}}, status_code=400)
+        if unknown:  # FastAPI's HTTPException shape, as SGLang answers
+            message = f"Invalid include sections: {unknown}. Valid options: {sorted(LOAD_SECTIONS)}"
+            return JSONResponse({"detail": message}, status_code=400)
         load = await self.bridge.load()
         used, total = load.num_used_tokens, load.max_total_tokens
+        now = time.monotonic()
+        gen_rate = self._throughput.update(now, load.num_generated_tokens)
         entry: dict[str, Any] = {
+            "timestamp": time.time(),
             "dp_rank": 0,
             "num_running_reqs": load.num_running,
             "num_waiting_reqs": load.num_waiting,
             "num_used_tokens": used,
-            "num_total_tokens": total,
+            "num_total_tokens": used + load.num_cached_tokens,
+            "num_active_tokens": used + load.num_cached_tokens,
             "max_total_num_tokens": total,
             "max_running_requests": load.max_running,
             "token_usage": used / total if total else 0.0,
+            "gen_throughput": gen_rate,
+            "cache_hit_rate": (
+                load.num_input_cache_hits / load.num_input_tokens if load.num_input_tokens else 0.0
+            ),
+            "utilization": load.num_running / load.max_running if load.max_running else 0.0,
         }
         if include & {"memory", "all"}:
-            entry["memory"] = {"num_cached_tokens": load.num_cached_tokens}
+            kv_gb = total * self.info.kv_bytes_per_token / 1e9
+            entry["memory"] = {
+                "weight_gb": self.info.weight_bytes / 1e9,
+                "kv_cache_gb": kv_gb,
+                "graph_gb": 0.0,
+                "token_capacity": total,
+            }
         return JSONResponse(
             {
-                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "timestamp": datetime.now(UTC).isoformat(),
                 "version": API_VERSION,
                 "accelerator": "cpu",
                 "num_accelerators": 1,

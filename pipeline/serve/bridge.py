@@ -111,6 +111,9 @@ class ServerLoad:
     num_cached_tokens: int
     max_total_tokens: int
     max_running: int
+    num_generated_tokens: int  # since start-up
+    num_input_tokens: int  # of every request added, and how many of them hit the cache
+    num_input_cache_hits: int
 
 
 class ServerBusyError(RuntimeError):
@@ -135,6 +138,8 @@ class EngineBridge:
         self._gated: dict[int, Submission] = {}  # waiting at the gate (event-loop side)
         self._prefixes: OrderedDict[tuple[int, ...], str] = OrderedDict()
         self._parked_tokens = 0  # KV tokens the indexed prefixes hold (while not evicted)
+        self._num_input_tokens = 0
+        self._num_input_cache_hits = 0
         self._ids = count()
         self._stepping = True
         self.num_steps = 0
@@ -264,6 +269,9 @@ class EngineBridge:
             num_cached_tokens=cached,
             max_total_tokens=load.kv_tokens_total,
             max_running=load.max_running,
+            num_generated_tokens=self.engine.counters().num_generated_tokens,
+            num_input_tokens=self._num_input_tokens,
+            num_input_cache_hits=self._num_input_cache_hits,
         )
 
     async def wait_for_step(self, timeout_s: float) -> bool | None:
@@ -384,6 +392,8 @@ class EngineBridge:
 
     def _finish(self, sub: Submission, chunk: ChunkResult) -> Done:
         sub.num_cached_tokens += chunk.num_cached_tokens
+        self._num_input_tokens += len(sub.spec.input_ids)
+        self._num_input_cache_hits += chunk.num_cached_tokens
         if chunk.finish_reason == "chunk":  # its KV stays parked: index the sequence
             self._index_prefix((*sub.spec.input_ids, *sub.generated), chunk.request_id)
         if chunk.finish_reason == "stop":

@@ -166,6 +166,9 @@ def test_loads_report_sglang_fields(client: CheckedClient) -> None:
         assert rank[key] == 0, key  # idle: cached prefixes count as evictable, not used
     assert rank["max_total_num_tokens"] == ServeOptions().kv_budget_tokens
     assert rank["max_running_requests"] == ServeOptions().max_batch
+    assert "memory" not in rank  # include=core: the flat fields only
+    memory = client.http.get("/v1/loads").json()["loads"][0]["memory"]  # default: all
+    assert memory["token_capacity"] == rank["max_total_num_tokens"]
     assert client.http.get("/v1/loads", params={"include": "bogus"}).status_code == 400
     for path in ("/health", "/health_generate", "/ready"):
         assert client.http.get(path).status_code == 200, path
