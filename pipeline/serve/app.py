@@ -139,7 +139,12 @@ class _Server:
             specs, is_batch, stream = parse_generate(
                 body, context_len=self.info.context_len, vocab_size=self.info.vocab_size
             )
-        except (ContractError, RequestError) as exc:
+        except ContractError as exc:  # SGLang's contract gate: 400, streaming or not
+            return JSONResponse(error_body(exc), status_code=400)
+        except RequestError as exc:  # SGLang's validation: in the stream when streaming
+            if body.get("stream") is True:
+                frames = _error_stream(str(exc))
+                return StreamingResponse(frames, media_type="text/event-stream")
             return JSONResponse(error_body(exc), status_code=400)
         if stream:
             frames = self._stream(request, specs, is_batch, start)
@@ -467,8 +472,14 @@ def _frame(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 
+async def _error_stream(message: str) -> AsyncIterator[bytes]:
+    yield _frame(_stream_error(message, None))
+    yield b"data: [DONE]\n\n"
+
+
 def _stream_error(message: str, index: int | None) -> dict[str, Any]:
-    error = {"message": message, "type": "BadRequestError", "code": 400, "retryable": False}
+    error = {"message": message, "type": "invalid_request_error", "code": 400}
+    error["retryable"] = False
     return {"error": error} if index is None else {"error": error, "index": index}
 
 

@@ -4,6 +4,7 @@ own schema (CheckedClient)."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -20,12 +21,13 @@ import pytest
 
 from actors.model import load_model, save_hf_folder
 from pipeline.serve import ServeOptions, ServerHandle, start_server
-from pipeline.serve.schema import SchemaError, validate_generate_request
+from pipeline.serve.schema import SchemaError, validate, validate_generate_request
 from tests.pipeline.serve_util import (
     CheckedClient,
     engine_greedy,
     greedy_body,
     save_tiny,
+    sse_frames,
 )
 
 pytestmark = pytest.mark.timeout(120)
@@ -146,6 +148,22 @@ def test_bad_requests_get_sglangs_400(
             validate_generate_request(body)
     else:
         assert isinstance(error["message"], str) and error["message"]
+
+
+def test_a_streaming_request_that_fails_validation_gets_an_error_frame(
+    client: CheckedClient,
+) -> None:
+    """SGLang answers 200 and streams {"error": {...}} then [DONE] (http_server.py)."""
+    body = {"input_ids": [257, 1], "sampling_params": {"top_k": 0}, "stream": True}
+    with client.http.stream("POST", "/generate", json=body) as response:
+        assert response.status_code == 200
+        frames = list(sse_frames(response.iter_text()))
+    assert frames[-1] == "[DONE]" and len(frames) == 2
+    frame = json.loads(frames[0])
+    validate("GenerateStreamError", frame)
+    assert frame["error"]["code"] == 400 and "top_k" in frame["error"]["message"]
+    bad_gate = {**body, "sampling_params": {"max_tokens": 1}}  # the gate: 400 even so
+    assert client.http.post("/generate", json=bad_gate).status_code == 400
 
 
 def test_a_prompt_that_fills_the_context_is_refused(client: CheckedClient) -> None:
