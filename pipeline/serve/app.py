@@ -233,7 +233,7 @@ class _Server:
             elif event.reason == "length":
                 out.finish_reason = length_reason(spec.max_new_tokens)
             else:
-                out.finish_reason = abort_reason(event.message)
+                out.finish_reason = abort_reason(event.message, is_queued=event.is_queued)
 
     def _response(
         self, spec: GenerateSpec, out: Output, start: float, index: int | None = None
