@@ -166,11 +166,12 @@ class _Server:
 
     async def _run_one(self, spec: GenerateSpec, start: float) -> dict[str, Any]:
         sub = await self.bridge.submit(spec)
-        out = Output()
+        out = sub.out  # the engine thread's to write until Done arrives
         try:
             while out.finish_reason is None:
                 for event in await sub.events.get():
-                    self._apply(spec, out, event)
+                    if isinstance(event, Done):
+                        self._apply(spec, out, event)
         finally:
             if not sub.is_done:  # cancelled (client gone): free the engine
                 with anyio.CancelScope(shield=True):
@@ -187,7 +188,7 @@ class _Server:
         try:
             for i, spec in enumerate(specs):
                 try:
-                    sub = await self.bridge.submit(spec)
+                    sub = await self.bridge.submit(spec, stream=True)
                 except EngineError as exc:
                     yield _frame(_stream_error(str(exc), i if is_batch else None))
                     continue

@@ -45,7 +45,7 @@ import torch
 from actors.generator import ChunkRequest, ChunkResult, StepResult
 from actors.generator.builtin import TorchEngine
 from actors.model import load_weights_into, read_weights
-from pipeline.serve.protocol import GenerateSpec
+from pipeline.serve.protocol import GenerateSpec, Output
 
 log = structlog.get_logger()
 T = TypeVar("T")
@@ -82,23 +82,47 @@ Event = Delta | Version | Done
 
 @dataclass(slots=True, eq=False)
 class Submission:
-    """One request as the bridge tracks it (its engine-side fields belong to the thread)."""
+    """One request as the bridge tracks it. The engine thread writes ``out`` (tokens,
+    logprobs, version spans) until it pushes ``Done``; the handler reads it after. Only a
+    streaming request (``stream``) also gets ``Delta`` and ``Version`` events."""
 
     spec: GenerateSpec
     events: asyncio.Queue[tuple[Event, ...]]
     loop: asyncio.AbstractEventLoop
+    stream: bool = False
     wake: asyncio.Event = field(default_factory=asyncio.Event)  # leave the gate
+    out: Output = field(default_factory=Output)
     engine_id: str = ""
-    generated: list[int] = field(default_factory=list)
     num_cached_tokens: int = 0
     num_retractions: int = 0
     is_done: bool = False
 
+    @property
+    def generated(self) -> list[int]:
+        return self.out.token_ids
+
     def push(self, *events: Event) -> None:
+        _push_all([(self, events)])
+
+
+def _push_all(batch: list[tuple[Submission, tuple[Event, ...]]]) -> None:
+    """Hand each submission its events: one wake-up of the event loop for the lot."""
+    kept = []
+    for sub, events in batch:
         if any(isinstance(e, Done) for e in events):
-            self.is_done = True
-        with contextlib.suppress(RuntimeError):  # a closed loop: no one is listening
-            self.loop.call_soon_threadsafe(self.events.put_nowait, events)
+            sub.is_done = True
+        mine = events if sub.stream else tuple(e for e in events if isinstance(e, Done))
+        if mine:
+            kept.append((sub, mine))
+    if not kept:
+        return
+    with contextlib.suppress(RuntimeError):  # a closed loop: no one is listening
+        kept[0][0].loop.call_soon_threadsafe(_deliver_events, kept)
+
+
+def _deliver_events(batch: list[tuple[Submission, tuple[Event, ...]]]) -> None:
+    for sub, events in batch:
+        sub.events.put_nowait(events)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,9 +189,9 @@ class EngineBridge:
         return self._thread.is_alive()
 
     # ---- requests ------------------------------------------------------------------------
-    async def submit(self, spec: GenerateSpec) -> Submission:
+    async def submit(self, spec: GenerateSpec, stream: bool = False) -> Submission:
         """Queue ``spec`` (after the gate while paused); its events follow on ``.events``."""
-        sub = Submission(spec, asyncio.Queue(), asyncio.get_running_loop())
+        sub = Submission(spec, asyncio.Queue(), asyncio.get_running_loop(), stream)
         gate = self._gate_event()
         if not gate.is_set():
             key = id(sub)
@@ -368,6 +392,7 @@ class EngineBridge:
     def _add(self, sub: Submission) -> None:
         spec = sub.spec
         if spec.max_new_tokens == 0:  # SGLang answers a prefill-only request at once
+            sub.out.note_version(self.version)
             sub.push(Version(self.version), Done("length"))
             return
         engine_id = self._take_prefix(spec.input_ids) or f"s{next(self._ids)}"
@@ -375,18 +400,20 @@ class EngineBridge:
         self.engine.add(request)  # EngineError: refused before anything changed
         sub.engine_id = engine_id
         self._live[engine_id] = sub
+        sub.out.note_version(self.version)
         sub.push(Version(self.version))
 
     def _deliver(self, result: StepResult) -> None:
         events: dict[str, list[Event]] = {}
         for delta in result.deltas:
-            self._live[delta.request_id].generated.extend(delta.token_ids)
+            out = self._live[delta.request_id].out
+            out.token_ids.extend(delta.token_ids)
+            out.logprobs.extend(delta.logprobs)
             events.setdefault(delta.request_id, []).append(Delta(delta.token_ids, delta.logprobs))
         for chunk in result.finished:
             sub = self._live[chunk.request_id]
             events.setdefault(chunk.request_id, []).append(self._finish(sub, chunk))
-        for engine_id, batch in events.items():
-            self._live[engine_id].push(*batch)
+        _push_all([(self._live[i], tuple(batch)) for i, batch in events.items()])
         for chunk in result.finished:
             del self._live[chunk.request_id]
 
@@ -527,4 +554,5 @@ class EngineBridge:
     def _relabel(self, version: str) -> None:
         self.version = version
         for sub in [*self._live.values(), *self._retracted]:
+            sub.out.note_version(version)
             sub.push(Version(version))
