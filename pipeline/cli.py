@@ -156,6 +156,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             num_threads=args.num_threads,
             eos_token_id=args.eos_token_id,
             step_delay_s=args.step_delay_ms / 1000,
+            api_key=args.api_key or "",
         )
     )
     return 0
@@ -227,6 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument(
         "--step-delay-ms", type=float, default=0.0, help="sleep after each engine step (tests)"
     )
+    srv.add_argument("--api-key", help="require Authorization: Bearer <key> (not on /health*)")
     srv.set_defaults(fn=_cmd_serve)
     keys = sub.add_parser("keys", help="create a CURVE key pair for tcp deployments")
     keys.add_argument("directory")

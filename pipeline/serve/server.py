@@ -21,6 +21,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import structlog
 import uvicorn
@@ -28,7 +29,7 @@ import uvicorn
 from actors.generator.builtin import EngineConfig, TorchEngine
 from actors.model import LlamaModel, load_hf_folder, load_model
 from actors.model.weights import read_hf_config
-from pipeline.serve.app import ServerInfo, build_app
+from pipeline.serve.app import BearerAuth, ServerInfo, build_app
 from pipeline.serve.bridge import EngineBridge
 
 log = structlog.get_logger()
@@ -52,6 +53,7 @@ class ServeOptions:
     cache_dir: str = "runs/cache"
     log_level: str = "warning"
     step_delay_s: float = 0.0  # sleep after every engine step: slows the server on purpose
+    api_key: str = ""  # "" = open; else SGLang's --api-key (Authorization: Bearer <key>)
 
 
 @dataclass
@@ -193,8 +195,11 @@ def _build(options: ServeOptions, port: int) -> tuple[EngineBridge, ServerInfo]:
 
 
 def _uvicorn_config(bridge: EngineBridge, info: ServerInfo, opts: ServeOptions) -> uvicorn.Config:
+    app: Any = build_app(bridge, info)
+    if opts.api_key:
+        app = BearerAuth(app, opts.api_key)
     return uvicorn.Config(
-        build_app(bridge, info),
+        app,
         log_level=opts.log_level,
         access_log=False,
         lifespan="off",

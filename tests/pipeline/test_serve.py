@@ -402,3 +402,18 @@ def test_a_client_that_hangs_up_has_its_request_aborted(slow: ServerHandle, stre
     generated = slow.bridge.engine.counters().num_generated_tokens
     assert generated < 250  # it did not run to its end
     c.close()
+
+
+def test_api_key_guards_everything_but_health(model_path: Path) -> None:
+    options = ServeOptions(api_key="s3cret")
+    with start_server(str(model_path), "127.0.0.1", 0, options) as handle:
+        c = CheckedClient(handle.url)
+        body = greedy_body([257, 1], 2, "k:0#")
+        assert c.http.post("/generate", json=body).status_code == 401
+        wrong = {"Authorization": "Bearer nope"}
+        assert c.http.get("/model_info", headers=wrong).json() == {"error": "Unauthorized"}
+        assert c.http.get("/health_generate").status_code == 200
+        assert c.http.get("/ready").status_code == 200
+        good = {"Authorization": "Bearer s3cret"}
+        assert c.http.post("/generate", json=body, headers=good).status_code == 200
+        c.close()
