@@ -29,7 +29,8 @@ import uvicorn
 from actors.generator.builtin import EngineConfig, TorchEngine
 from actors.model import LlamaModel, load_hf_folder, load_model
 from actors.model.weights import read_hf_config
-from pipeline.serve.app import BearerAuth, ServerInfo, build_app
+from pipeline.serve.app import ServerInfo, build_app
+from pipeline.serve.auth import BearerAuth
 from pipeline.serve.bridge import EngineBridge
 
 log = structlog.get_logger()
