@@ -33,7 +33,6 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from itertools import count
-from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import anyio
@@ -44,6 +43,7 @@ from actors.generator import ChunkRequest, ChunkResult, StepResult
 from actors.generator.builtin import TorchEngine
 from actors.model import load_weights_into, read_weights
 from pipeline.serve.events import Delta, Done, Event, Submission, Version, push_all
+from pipeline.serve.paths import weights_path
 from pipeline.serve.prefix_index import PrefixIndex
 from pipeline.serve.protocol import GenerateSpec
 
@@ -433,7 +433,7 @@ class EngineBridge:
         if need_idle and live:
             return None  # a request slipped in: wait for it too
         try:
-            state = read_weights(Path(path))
+            state = read_weights(weights_path(path))
             self._load(state, busy=bool(self._live))
         except (OSError, ValueError, RuntimeError) as exc:
             return False, f"Failed to update weights: {type(exc).__name__}: {exc}"

@@ -6,10 +6,11 @@ background thread, its own event loop) and returns a ``ServerHandle`` with ``.ur
 picks a free port; the handle (and the command's first line) says which.
 
 The model: ``model_path`` is a safetensors file saved by ``save_model`` (a warm start, a
-checkpoint's ``model.safetensors``) or a Hugging Face Llama/Qwen2 folder (``config.json`` +
-``*.safetensors``, e.g. a checkpoint's ``hf/``). Without one, the default task's model as
-``seer run`` builds it: its cached warm start when ``runs/cache`` holds one, otherwise a
-fresh random initialisation of that shape (seed 0), which generates noise.
+checkpoint's ``model.safetensors``), a Hugging Face Llama/Qwen2 folder (``config.json`` +
+``*.safetensors``) or a trainer checkpoint folder (its ``hf/`` is served). Without one, the
+default task's model as ``seer run`` builds it: its cached warm start when ``runs/cache``
+holds one, otherwise a fresh random initialisation of that shape (seed 0), which generates
+noise.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from actors.model.weights import read_hf_config
 from pipeline.serve.app import ServerInfo, build_app
 from pipeline.serve.auth import BearerAuth
 from pipeline.serve.bridge import EngineBridge
+from pipeline.serve.paths import weights_path
 
 log = structlog.get_logger()
 
@@ -125,7 +127,7 @@ def serve(options: ServeOptions) -> None:
 
 def load_serving_model(options: ServeOptions) -> tuple[LlamaModel, int | None, str]:
     """(model, eos token id, a description of where it came from)."""
-    path = options.model_path
+    path = str(weights_path(options.model_path)) if options.model_path else ""
     eos = options.eos_token_id
     if path and Path(path).is_dir():
         model = load_hf_folder(path)

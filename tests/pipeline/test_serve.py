@@ -20,6 +20,8 @@ import httpx
 import pytest
 
 from actors.model import load_model, save_hf_folder
+from actors.trainer import GRPOTrainer
+from actors.trainer.checkpoint import save_checkpoint
 from pipeline.serve import ServeOptions, ServerHandle, start_server
 from pipeline.serve.schema import SchemaError, validate, validate_generate_request
 from tests.pipeline.serve_util import (
@@ -352,6 +354,11 @@ def test_update_weights_from_disk_changes_outputs_and_version(
         bad = c.http.post("/update_weights_from_disk", json={"model_path": str(tmp_path / "no")})
         assert bad.status_code == 400 and bad.json()["success"] is False
         assert c.generate(greedy_body(prompt, 8, "u:2#")).json()["output_ids"] == after
+        trainer = GRPOTrainer(load_model(model_path), lr=1e-3)  # the first weights again,
+        save_checkpoint(trainer, tmp_path / "ckpt", iteration=0)  # as a trainer checkpoint
+        update = {"model_path": str(tmp_path / "ckpt"), "weight_version": "v2"}
+        assert c.http.post("/update_weights_from_disk", json=update).json()["success"] is True
+        assert c.generate(greedy_body(prompt, 8, "u:3#")).json()["output_ids"] == before
         relabel = {"new_version": "v9", "abort_all_requests": False}
         assert c.http.post("/update_weight_version", json=relabel).json()["success"] is True
         assert c.http.get("/model_info").json()["weight_version"] == "v9"
