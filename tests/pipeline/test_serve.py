@@ -424,3 +424,31 @@ def test_api_key_guards_everything_but_health(model_path: Path) -> None:
         good = {"Authorization": "Bearer s3cret"}
         assert c.http.post("/generate", json=body, headers=good).status_code == 200
         c.close()
+
+
+def test_a_batch_streams_frames_tagged_by_index(client: CheckedClient, model_path: Path) -> None:
+    expected = engine_greedy(model_path, PROMPTS[:2], 5)
+    body = greedy_body(PROMPTS[0], 5, "x")
+    body.update(input_ids=PROMPTS[:2], rid=["sb0", "sb1"])
+    frames = client.stream(body)
+    for index in (0, 1):
+        mine = [f for f in frames if f["index"] == index]
+        assert mine[-1]["output_ids"] == expected[index]
+        assert [f["meta_info"]["finish_reason"] is None for f in mine].count(False) == 1
+
+
+def test_an_unpaused_weight_update_waits_for_running_requests(
+    slow: ServerHandle, other_weights: Path
+) -> None:
+    """SGLang's model-update lock: requests in flight finish on the old weights first."""
+    c = CheckedClient(slow.url)
+    job = _in_background(lambda: c.generate(_long([257, 12], 30, "lock:0#")).json())
+    _wait_for(lambda: _running(c) == 1, "the request to run")
+    update = {"model_path": str(other_weights), "weight_version": "v7"}
+    assert c.http.post("/update_weights_from_disk", json=update).json()["success"] is True
+    out = job.result(timeout=30)
+    assert out["meta_info"]["finish_reason"] == {"type": "length", "length": 30}
+    assert out["meta_info"]["weight_versions"] == [{"version": "default", "start": 0, "end": 30}]
+    after = c.generate(_long([257, 12], 2, "lock:1#")).json()
+    assert after["meta_info"]["weight_version"] == "v7"
+    c.close()
