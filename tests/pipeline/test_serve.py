@@ -223,6 +223,10 @@ def _running(c: CheckedClient) -> int:
     return int(c.http.get("/v1/loads").json()["loads"][0]["num_running_reqs"])
 
 
+def _waiting(c: CheckedClient) -> int:
+    return int(c.http.get("/v1/loads").json()["loads"][0]["num_waiting_reqs"])
+
+
 def _long(prompt: list[int], max_new: int, rid: str) -> dict[str, Any]:
     body = greedy_body(prompt, max_new, rid)
     body["sampling_params"]["ignore_eos"] = True
@@ -231,10 +235,13 @@ def _long(prompt: list[int], max_new: int, rid: str) -> dict[str, Any]:
 
 def test_abort_by_rid_prefix_returns_partial_output(slow: ServerHandle) -> None:
     c = CheckedClient(slow.url)
+    c.http.post("/pause_generation", json={"mode": "in_place"})  # they start together
     jobs = {
         rid: _in_background(lambda rid=rid: c.generate(_long([257, 3], 200, rid)).json())
         for rid in ("g:0:0#", "g:1:0#", "h:0:0#")
     }
+    _wait_for(lambda: _waiting(c) == 3, "three requests at the gate")
+    c.http.post("/continue_generation", json={})
     _wait_for(lambda: _running(c) == 3, "three requests in one batch")
     assert c.http.get("/health_generate").status_code == 200  # a busy engine is healthy
     assert c.http.post("/abort_request", json={"rid": "g:"}).status_code == 200
@@ -260,7 +267,7 @@ def test_pause_abort_blocks_new_requests_until_continue(slow: ServerHandle) -> N
     assert out["meta_info"]["finish_reason"]["type"] == "abort"
     assert 0 < len(out["output_ids"]) < 200
     blocked = _in_background(lambda: c.generate(_long([257, 4], 3, "p:1#")).json())
-    _wait_for(lambda: c.http.get("/v1/loads").json()["loads"][0]["num_waiting_reqs"] == 1, "gate")
+    _wait_for(lambda: _waiting(c) == 1, "gate")
     assert not blocked.done()  # /generate blocks while paused
     assert c.http.get("/ready").status_code == 503
     assert c.http.post("/continue_generation", json={}).status_code == 200
@@ -271,7 +278,7 @@ def test_pause_abort_blocks_new_requests_until_continue(slow: ServerHandle) -> N
 
 def test_pause_retract_requeues_and_finishes_after_continue(slow: ServerHandle) -> None:
     c = CheckedClient(slow.url)
-    job = _in_background(lambda: c.generate(_long([257, 5], 40, "r:0#")).json())
+    job = _in_background(lambda: c.generate(_long([257, 5], 120, "r:0#")).json())
     _wait_for(lambda: _running(c) == 1, "the request to run")
     assert c.http.post("/pause_generation", json={"mode": "retract"}).status_code == 200
     [rank] = c.http.get("/v1/loads").json()["loads"]
@@ -279,8 +286,8 @@ def test_pause_retract_requeues_and_finishes_after_continue(slow: ServerHandle) 
     assert not job.done()
     c.http.post("/continue_generation", json={})
     out = job.result(timeout=30)
-    assert out["meta_info"]["finish_reason"] == {"type": "length", "length": 40}
-    assert len(out["output_ids"]) == 40
+    assert out["meta_info"]["finish_reason"] == {"type": "length", "length": 120}
+    assert len(out["output_ids"]) == 120
     assert out["meta_info"]["num_retractions"] == 1
     c.close()
 
@@ -289,7 +296,7 @@ def test_queued_request_aborted_at_the_gate_has_sglangs_queued_shape(slow: Serve
     c = CheckedClient(slow.url)
     c.http.post("/pause_generation", json={"mode": "in_place"})
     job = _in_background(lambda: c.generate(_long([257, 6], 5, "q:0#")).json())
-    _wait_for(lambda: c.http.get("/v1/loads").json()["loads"][0]["num_waiting_reqs"] == 1, "gate")
+    _wait_for(lambda: _waiting(c) == 1, "gate")
     c.http.post("/abort_request", json={"rid": "q:0#"})
     out = job.result(timeout=30)
     assert out["output_ids"] == []
@@ -303,7 +310,7 @@ def test_in_place_weight_update_splits_weight_versions(
     slow: ServerHandle, other_weights: Path
 ) -> None:
     c = CheckedClient(slow.url)
-    job = _in_background(lambda: c.generate(_long([257, 8], 40, "w:0#")).json())
+    job = _in_background(lambda: c.generate(_long([257, 8], 120, "w:0#")).json())
     _wait_for(lambda: _running(c) == 1, "the request to run")
     c.http.post("/pause_generation", json={"mode": "in_place"})
     update = {"model_path": str(other_weights), "weight_version": "v2", "flush_cache": True}
@@ -317,14 +324,14 @@ def test_in_place_weight_update_splits_weight_versions(
     meta = job.result(timeout=30)["meta_info"]
     [old, new] = meta["weight_versions"]
     assert old["version"] == "default" and new["version"] == "v2"
-    assert old["start"] == 0 < old["end"] == new["start"] < new["end"] == 40
+    assert old["start"] == 0 < old["end"] == new["start"] < new["end"] == 120
     assert meta["weight_version"] == "v2"
     c.close()
 
 
 def test_flush_cache_is_refused_while_busy_and_waits_with_timeout(slow: ServerHandle) -> None:
     c = CheckedClient(slow.url)
-    job = _in_background(lambda: c.generate(_long([257, 9], 40, "f:0#")).json())
+    job = _in_background(lambda: c.generate(_long([257, 9], 120, "f:0#")).json())
     _wait_for(lambda: _running(c) == 1, "the request to run")
     assert c.http.post("/flush_cache").status_code == 400
     assert c.http.post("/flush_cache", params={"timeout": "0.01"}).status_code == 400
