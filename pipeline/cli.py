@@ -213,12 +213,12 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="the built-in engine behind SGLang's HTTP API (/generate, weights, loads, ...)",
         description="Serve the built-in engine with SGLang 0.5.23's HTTP API. --model: a "
-        "safetensors file saved by seer (warm start, checkpoint model.safetensors) or a "
-        "Hugging Face Llama/Qwen2 folder (e.g. a checkpoint's hf/). Without --model: the "
+        "safetensors file saved by seer (warm start, checkpoint model.safetensors), a "
+        "Hugging Face Llama/Qwen2 folder, or a checkpoint folder (its hf/). Without --model: the "
         "default task's cached warm start from runs/cache if `seer run` made one, else a "
         "FRESH RANDOM model of the default shape (it generates noise).",
     )
-    srv.add_argument("--model", help="safetensors file or HF folder (default: see above)")
+    srv.add_argument("--model", help="safetensors file, HF or checkpoint folder (see above)")
     srv.add_argument("--host", default="127.0.0.1")
     srv.add_argument("--port", type=int, default=30000, help="0 picks a free port")
     srv.add_argument("--max-batch", type=int, default=64, help="requests decoding at once")
