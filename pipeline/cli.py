@@ -157,6 +157,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             eos_token_id=args.eos_token_id,
             step_delay_s=args.step_delay_ms / 1000,
             api_key=args.api_key or "",
+            incremental_streaming_output=args.incremental_streaming_output,
         )
     )
     return 0
@@ -229,6 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--step-delay-ms", type=float, default=0.0, help="sleep after each engine step (tests)"
     )
     srv.add_argument("--api-key", help="require Authorization: Bearer <key> (not on /health*)")
+    srv.add_argument(
+        "--incremental-streaming-output",
+        action="store_true",
+        help="stream frames carry only the new tokens (SGLang's flag; default cumulative)",
+    )
     srv.set_defaults(fn=_cmd_serve)
     keys = sub.add_parser("keys", help="create a CURVE key pair for tcp deployments")
     keys.add_argument("directory")

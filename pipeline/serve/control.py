@@ -157,7 +157,7 @@ class ControlRoutes:
                 "max_prefill_tokens": i.max_prefill_tokens,
                 "dp_size": 1,
                 "tp_size": 1,
-                "incremental_streaming_output": False,
+                "incremental_streaming_output": i.incremental_streaming_output,
                 "disaggregation_mode": "null",
                 "speculative_algorithm": None,
                 "internal_states": [

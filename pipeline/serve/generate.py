@@ -3,7 +3,8 @@
 A JSON body (one request or a batch) becomes ``GenerateSpec``s (``protocol.py``), each an
 engine request. Non-streaming: one JSON object (a list for a batch) once every request is
 done. Streaming: SSE ``data: {...}`` frames with cumulative output (one per engine step, the
-last with ``finish_reason``), then ``data: [DONE]``; a validation error is an error frame.
+last with ``finish_reason``; only the new tokens with ``incremental_streaming_output``, as
+SGLang's flag of that name), then ``data: [DONE]``; a validation error is an error frame.
 A client that hangs up has its requests aborted.
 """
 
@@ -112,6 +113,7 @@ class GenerateRoute:
                 subs.append(sub)
                 asyncio.get_running_loop().create_task(_forward(i, sub, merged))
             outs = {i: Output() for i in range(len(specs))}
+            sent = dict.fromkeys(outs, 0)  # tokens already streamed, per request
             open_ = len(subs)
             while open_:
                 i, events = await merged.get()
@@ -123,7 +125,9 @@ class GenerateRoute:
                     self._apply(specs[i], out, event)
                 if any(isinstance(e, Delta | Done) for e in events):
                     index = i if is_batch else None
-                    yield _frame(self._response(specs[i], out, start, index))
+                    since = sent[i] if self.info.incremental_streaming_output else 0
+                    yield _frame(self._response(specs[i], out, start, index, since))
+                    sent[i] = len(out.token_ids)
                 if out.finish_reason is not None:
                     open_ -= 1
             yield b"data: [DONE]\n\n"
@@ -154,10 +158,17 @@ class GenerateRoute:
                 out.finish_reason = abort_reason(event.message, is_queued=event.is_queued)
 
     def _response(
-        self, spec: GenerateSpec, out: Output, start: float, index: int | None = None
+        self,
+        spec: GenerateSpec,
+        out: Output,
+        start: float,
+        index: int | None = None,
+        since: int = 0,
     ) -> dict[str, Any]:
         latency = time.perf_counter() - start
-        return response_json(spec, out, latency_s=latency, tokenizer=self.tokenizer, index=index)
+        return response_json(
+            spec, out, latency_s=latency, tokenizer=self.tokenizer, index=index, since=since
+        )
 
 
 async def _watch_disconnect(request: Request, merged: asyncio.Queue[tuple[int, Any]]) -> None:

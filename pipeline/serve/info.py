@@ -20,3 +20,4 @@ class ServerInfo:
     eos_token_id: int | None
     kv_bytes_per_token: int = 0
     weight_bytes: int = 0
+    incremental_streaming_output: bool = False

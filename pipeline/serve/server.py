@@ -57,6 +57,7 @@ class ServeOptions:
     log_level: str = "warning"
     step_delay_s: float = 0.0  # sleep after every engine step: slows the server on purpose
     api_key: str = ""  # "" = open; else SGLang's --api-key (Authorization: Bearer <key>)
+    incremental_streaming_output: bool = False  # stream frames carry only new tokens
 
 
 @dataclass
@@ -192,6 +193,7 @@ def _build(options: ServeOptions, port: int) -> tuple[EngineBridge, ServerInfo]:
         eos_token_id=eos,
         kv_bytes_per_token=model.config.kv_bytes_per_token,
         weight_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
+        incremental_streaming_output=options.incremental_streaming_output,
     )
     log.info("serve_started", **json.loads(json.dumps(dataclasses.asdict(info))))
     return bridge, info

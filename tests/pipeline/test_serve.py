@@ -459,3 +459,18 @@ def test_an_unpaused_weight_update_waits_for_running_requests(
     after = c.generate(_long([257, 12], 2, "lock:1#")).json()
     assert after["meta_info"]["weight_version"] == "v7"
     c.close()
+
+
+def test_incremental_streaming_sends_only_new_tokens(model_path: Path) -> None:
+    [tokens] = engine_greedy(model_path, [PROMPTS[3]], 9)
+    options = ServeOptions(incremental_streaming_output=True)
+    with start_server(str(model_path), "127.0.0.1", 0, options) as handle:
+        c = CheckedClient(handle.url)
+        assert c.http.get("/server_info").json()["incremental_streaming_output"] is True
+        frames = c.stream(greedy_body(PROMPTS[3], 9, "inc:0#", return_prompt_token_ids=True))
+        c.close()
+    assert [t for f in frames for t in f["output_ids"]] == tokens
+    logprobs = [e for f in frames for e in f["meta_info"]["output_token_logprobs"]]
+    assert [e[1] for e in logprobs] == tokens
+    assert frames[-1]["meta_info"]["completion_tokens"] == len(tokens)
+    assert frames[0]["prompt_token_ids"] == PROMPTS[3]
