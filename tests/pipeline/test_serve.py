@@ -474,3 +474,23 @@ def test_incremental_streaming_sends_only_new_tokens(model_path: Path) -> None:
     assert [e[1] for e in logprobs] == tokens
     assert frames[-1]["meta_info"]["completion_tokens"] == len(tokens)
     assert frames[0]["prompt_token_ids"] == PROMPTS[3]
+
+
+def test_without_a_model_it_serves_seer_runs_cached_warm_start(tmp_path: Path) -> None:
+    from pipeline.rl_config import RunConfig, generator_options
+    from pipeline.serve.server import load_serving_model
+    from pipeline.tasks import get_task
+    from pipeline.tasks.warmstart import warm_start_path
+
+    options = ServeOptions(cache_dir=str(tmp_path))
+    random_model, eos, source = load_serving_model(options)
+    assert source == "" and eos == 258  # no warm start cached: a random model of that shape
+    cfg = RunConfig(cache_dir=str(tmp_path))
+    task = get_task(cfg.task)
+    shape = generator_options(cfg, task, "").model.config()
+    assert random_model.config == shape
+    cached = warm_start_path(task, shape, cache_dir=tmp_path, steps=cfg.warm_start_steps)
+    save_tiny(tmp_path / "other.safetensors", seed=9)
+    (tmp_path / "other.safetensors").rename(cached)
+    model, _, source = load_serving_model(options)
+    assert source == str(cached) and model.config.hidden == 64  # the file's, not the shape's
