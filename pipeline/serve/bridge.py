@@ -27,6 +27,7 @@ then lands under live requests and their ``weight_versions`` spans show it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import queue
 import threading
 from collections.abc import Callable, Mapping
@@ -107,6 +108,8 @@ class EngineBridge:
         if self._thread.is_alive():
             try:
                 self._call_sync(self._abort_everything, "server shutting down")
+            except Exception:  # a step that never ends: stop anyway
+                log.exception("serve_stop_abort_failed")
             finally:
                 self._stop.set()
             self._thread.join(timeout=30)
@@ -181,18 +184,17 @@ class EngineBridge:
         the swap lands at once. ``(success, message)`` as SGLang reports them."""
         if abort_all:
             await self.abort("", abort_all=True)
-        if self.paused is not None:
-            done = await self._call(lambda: self._swap(path, version, flush_cache))
-            assert done is not None  # _swap waits only when asked to
-            return done
         self._holds += 1
         self._gate_event().clear()
         try:
-            while True:
-                await self._wait_idle(None)
-                result = await self._call(lambda: self._swap(path, version, flush_cache, True))
-                if result is not None:
-                    return result
+            while True:  # until paused (the swap lands under live requests) or idle
+                need_idle = self.paused is None
+                if not (need_idle and (self._live or self._retracted)):
+                    swap = functools.partial(self._swap, path, version, flush_cache, need_idle)
+                    result = await self._call(swap)
+                    if result is not None:
+                        return result
+                await asyncio.sleep(0.005)
         finally:
             self._holds -= 1
             if not self._holds and self.paused is None:

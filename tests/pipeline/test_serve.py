@@ -494,3 +494,19 @@ def test_without_a_model_it_serves_seer_runs_cached_warm_start(tmp_path: Path) -
     (tmp_path / "other.safetensors").rename(cached)
     model, _, source = load_serving_model(options)
     assert source == str(cached) and model.config.hidden == 64  # the file's, not the shape's
+
+
+def test_a_pause_releases_a_weight_update_waiting_for_idle(
+    slow: ServerHandle, other_weights: Path
+) -> None:
+    c = CheckedClient(slow.url)
+    job = _in_background(lambda: c.generate(_long([257, 13], 120, "pw:0#")).json())
+    _wait_for(lambda: _running(c) == 1, "the request to run")
+    update = {"model_path": str(other_weights), "weight_version": "v3", "flush_cache": False}
+    waiting = _in_background(lambda: c.http.post("/update_weights_from_disk", json=update))
+    c.http.post("/pause_generation", json={"mode": "in_place"})
+    assert waiting.result(timeout=30).json()["success"] is True  # landed under the request
+    c.http.post("/continue_generation", json={})
+    versions = [s["version"] for s in job.result(timeout=60)["meta_info"]["weight_versions"]]
+    assert versions in (["default", "v3"], ["v3"])  # "v3" alone if it landed before token 1
+    c.close()
