@@ -49,6 +49,7 @@ class GenerateRoute:
         self.bridge = bridge
         self.info = info
         self.tokenizer = ByteTokenizer() if info.vocab_size == 259 else None
+        self._live_rids: set[str] = set()
 
     async def generate(self, request: Request) -> Response:
         start = time.perf_counter()
@@ -57,6 +58,9 @@ class GenerateRoute:
             specs, is_batch, stream = parse_generate(
                 body, context_len=self.info.context_len, vocab_size=self.info.vocab_size
             )
+            for spec in specs:  # SGLang refuses a rid that is still in flight
+                if spec.rid in self._live_rids:
+                    raise RequestError(f"Duplicate request ID detected: {spec.rid}")
         except ContractError as exc:  # SGLang's contract gate: 400, streaming or not
             return JSONResponse(error_body(exc), status_code=400)
         except RequestError as exc:  # SGLang's validation: in the stream when streaming
@@ -64,9 +68,18 @@ class GenerateRoute:
                 frames = _error_stream(str(exc))
                 return StreamingResponse(frames, media_type="text/event-stream")
             return JSONResponse(error_body(exc), status_code=400)
+        self._live_rids.update(s.rid for s in specs)
         if stream:
             frames = self._stream(request, specs, is_batch, start)
             return StreamingResponse(frames, media_type="text/event-stream")
+        try:
+            return await self._respond(request, specs, is_batch, start)
+        finally:
+            self._live_rids.difference_update(s.rid for s in specs)
+
+    async def _respond(
+        self, request: Request, specs: list[GenerateSpec], is_batch: bool, start: float
+    ) -> Response:
         work = asyncio.ensure_future(asyncio.gather(*(self._run_one(s, start) for s in specs)))
         while not work.done():  # a client that hangs up has its requests aborted
             await asyncio.wait({work}, timeout=DISCONNECT_POLL_S)
@@ -132,6 +145,7 @@ class GenerateRoute:
                     open_ -= 1
             yield b"data: [DONE]\n\n"
         finally:
+            self._live_rids.difference_update(s.rid for s in specs)
             watcher.cancel()
             with anyio.CancelScope(shield=True):  # Starlette cancels us on a disconnect
                 for sub in subs:

@@ -244,6 +244,8 @@ def test_abort_by_rid_prefix_returns_partial_output(slow: ServerHandle) -> None:
     c.http.post("/continue_generation", json={})
     _wait_for(lambda: _running(c) == 3, "three requests in one batch")
     assert c.http.get("/health_generate").status_code == 200  # a busy engine is healthy
+    again = c.http.post("/generate", json=_long([257, 3], 5, "g:0:0#"))
+    assert again.status_code == 400 and "Duplicate" in again.json()["error"]["message"]
     assert c.http.post("/abort_request", json={"rid": "g:"}).status_code == 200
     for rid in ("g:0:0#", "g:1:0#"):
         out = jobs[rid].result(timeout=30)
