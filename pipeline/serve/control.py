@@ -25,7 +25,7 @@ from pipeline.serve.bridge import PAUSE_MODES, EngineBridge, ServerBusyError
 from pipeline.serve.events import Delta, Done
 from pipeline.serve.generate import json_body
 from pipeline.serve.info import API_VERSION, ServerInfo
-from pipeline.serve.protocol import GenerateSpec
+from pipeline.serve.protocol import ContractError, GenerateSpec
 
 log = structlog.get_logger()
 HEALTH_TIMEOUT_S = 20.0
@@ -53,7 +53,7 @@ class ControlRoutes:
         self._throughput = _Rate()
 
     async def abort_request(self, request: Request) -> Response:
-        body = await json_body(request, default={})
+        body = await _json_object(request)
         rid = body.get("rid") or ""
         abort_all = bool(body.get("abort_all", False))
         if not isinstance(rid, str):
@@ -64,7 +64,7 @@ class ControlRoutes:
         return Response(status_code=200)
 
     async def pause_generation(self, request: Request) -> Response:
-        body = await json_body(request, default={})
+        body = await _json_object(request)
         mode = body.get("mode", "abort")
         if mode not in PAUSE_MODES:
             message = f"mode must be one of {list(PAUSE_MODES)}, got {mode!r}"
@@ -73,7 +73,7 @@ class ControlRoutes:
         return JSONResponse({"message": "Generation paused successfully.", "status": "ok"})
 
     async def continue_generation(self, request: Request) -> Response:
-        await json_body(request, default={})
+        await _json_object(request)
         await self.bridge.resume()
         return JSONResponse({"message": "Generation continued successfully.", "status": "ok"})
 
@@ -93,7 +93,7 @@ class ControlRoutes:
         )
 
     async def update_weights_from_disk(self, request: Request) -> Response:
-        body = await json_body(request, default={})
+        body = await _json_object(request)
         path = body.get("model_path")
         version = body.get("weight_version")
         if not isinstance(path, str) or not path:
@@ -111,7 +111,7 @@ class ControlRoutes:
         return _update_result(success, message)
 
     async def update_weight_version(self, request: Request) -> Response:
-        body = await json_body(request, default={})
+        body = await _json_object(request)
         version = body.get("new_version")
         if not isinstance(version, str) or not version:
             return JSONResponse(
@@ -259,3 +259,11 @@ def _update_result(success: bool, message: str) -> Response:
 
 def _replace_path(info: ServerInfo, path: str) -> ServerInfo:
     return replace(info, model_path=path)
+
+
+async def _json_object(request: Request) -> dict[str, Any]:
+    """The body as a JSON object (an empty body is ``{}``); ``ContractError`` otherwise."""
+    body = await json_body(request, default={})
+    if not isinstance(body, dict):
+        raise ContractError(f"invalid type: {type(body).__name__}, expected a map")
+    return body

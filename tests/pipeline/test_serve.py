@@ -190,6 +190,8 @@ def test_loads_report_sglang_fields(client: CheckedClient) -> None:
     memory = client.http.get("/v1/loads").json()["loads"][0]["memory"]  # default: all
     assert memory["token_capacity"] == rank["max_total_num_tokens"]
     assert client.http.get("/v1/loads", params={"include": "bogus"}).status_code == 400
+    for path in ("/abort_request", "/pause_generation", "/update_weights_from_disk"):
+        assert client.http.post(path, json=[1]).status_code == 400, path  # not an object
     for path in ("/health", "/health_generate", "/ready"):
         assert client.http.get(path).status_code == 200, path
     info = client.http.get("/server_info").json()
