@@ -80,11 +80,13 @@ class ControlRoutes:
     async def flush_cache(self, request: Request) -> Response:
         raw = request.query_params.get("timeout")
         try:
-            timeout = float(raw) if raw is not None else None
+            timeout = float(raw) if raw is not None else 0.0
         except ValueError:
-            return PlainTextResponse(f"timeout must be a number, got {raw!r}", status_code=400)
-        try:
-            await self.bridge.flush_cache(timeout)
+            timeout = -1.0
+        if not timeout >= 0:
+            return PlainTextResponse(f"timeout must be a number >= 0, got {raw!r}", 400)
+        try:  # as SGLang: 0 (the default) does not wait
+            await self.bridge.flush_cache(timeout or None)
         except ServerBusyError as exc:
             return PlainTextResponse(str(exc), status_code=400)
         return PlainTextResponse(
