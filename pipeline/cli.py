@@ -219,10 +219,18 @@ def build_parser() -> argparse.ArgumentParser:
         "default task's cached warm start from runs/cache if `seer run` made one, else a "
         "FRESH RANDOM model of the default shape (it generates noise).",
     )
-    srv.add_argument("--model", help="safetensors file, HF or checkpoint folder (see above)")
+    srv.add_argument(  # --model-path and --max-running-requests: SGLang's names
+        "--model", "--model-path", help="safetensors file, HF or checkpoint folder (see above)"
+    )
     srv.add_argument("--host", default="127.0.0.1")
     srv.add_argument("--port", type=int, default=30000, help="0 picks a free port")
-    srv.add_argument("--max-batch", type=int, default=64, help="requests decoding at once")
+    srv.add_argument(
+        "--max-batch",
+        "--max-running-requests",
+        type=int,
+        default=64,
+        help="requests decoding at once",
+    )
     srv.add_argument("--kv-budget-tokens", type=int, default=65536)
     srv.add_argument("--num-threads", type=int, default=1, help="torch threads")
     srv.add_argument("--eos-token-id", type=int, help="default: the model's or the task's")

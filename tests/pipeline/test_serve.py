@@ -379,7 +379,7 @@ def test_update_weights_from_disk_changes_outputs_and_version(
 def test_seer_serve_command_serves_an_hf_folder(other_weights: Path, tmp_path: Path) -> None:
     """`seer serve --model <HF folder> --port 0` as a subprocess: URL on its first line,
     healthy, generating what the engine generates on those weights; stops on SIGTERM."""
-    command = [sys.executable, "-m", "pipeline.cli", "serve", "--model", str(other_weights)]
+    command = [sys.executable, "-m", "pipeline.cli", "serve", "--model-path", str(other_weights)]
     proc = subprocess.Popen(
         [*command, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
