@@ -13,6 +13,7 @@ BENCHES = {
     "rollout": "pipeline.bench.rollout",
     "drafts": "pipeline.bench.drafts",
     "scheduler": "pipeline.bench.scheduler",
+    "serve": "pipeline.bench.serve",
 }
 
 
@@ -158,6 +159,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         )
     elif args.name == "scheduler":
         module.run(args.json, quick=args.quick, repeats=args.repeats, profile=args.profile)
+    elif args.name == "serve":
+        module.run(args.json, quick=args.quick, repeats=args.repeats)
     elif args.name == "drafts":
         module.run(args.json, quick=args.quick, repeats=args.repeats, model=args.model)
     else:
@@ -180,6 +183,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             num_threads=args.num_threads,
             eos_token_id=args.eos_token_id,
             step_delay_s=args.step_delay_ms / 1000,
+            api_key=args.api_key or "",
+            incremental_streaming_output=args.incremental_streaming_output,
         )
     )
     return 0
@@ -240,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--trace", help="rollout: replay this recorded trace's workload")
     bench.add_argument("--chunk-size", type=int, default=128, help="rollout: tokens per chunk")
     bench.add_argument(
-        "--repeats", type=int, help="rollout, drafts, scheduler: runs per variant (median)"
+        "--repeats", type=int, help="rollout, drafts, scheduler, serve: runs per variant (median)"
     )
     bench.add_argument("--model", help="drafts: a saved model to roll out (default: warm start)")
     bench.add_argument(
@@ -255,20 +260,34 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="the built-in engine behind SGLang's HTTP API (/generate, weights, loads, ...)",
         description="Serve the built-in engine with SGLang 0.5.23's HTTP API. --model: a "
-        "safetensors file saved by seer (warm start, checkpoint model.safetensors) or a "
-        "Hugging Face Llama/Qwen2 folder (e.g. a checkpoint's hf/). Without --model: the "
+        "safetensors file saved by seer (warm start, checkpoint model.safetensors), a "
+        "Hugging Face Llama/Qwen2 folder, or a checkpoint folder (its hf/). Without --model: the "
         "default task's cached warm start from runs/cache if `seer run` made one, else a "
         "FRESH RANDOM model of the default shape (it generates noise).",
     )
-    srv.add_argument("--model", help="safetensors file or HF folder (default: see above)")
+    srv.add_argument(  # --model-path and --max-running-requests: SGLang's names
+        "--model", "--model-path", help="safetensors file, HF or checkpoint folder (see above)"
+    )
     srv.add_argument("--host", default="127.0.0.1")
     srv.add_argument("--port", type=int, default=30000, help="0 picks a free port")
-    srv.add_argument("--max-batch", type=int, default=64, help="requests decoding at once")
+    srv.add_argument(
+        "--max-batch",
+        "--max-running-requests",
+        type=int,
+        default=64,
+        help="requests decoding at once",
+    )
     srv.add_argument("--kv-budget-tokens", type=int, default=65536)
     srv.add_argument("--num-threads", type=int, default=1, help="torch threads")
     srv.add_argument("--eos-token-id", type=int, help="default: the model's or the task's")
     srv.add_argument(
         "--step-delay-ms", type=float, default=0.0, help="sleep after each engine step (tests)"
+    )
+    srv.add_argument("--api-key", help="require Authorization: Bearer <key> (not on /health*)")
+    srv.add_argument(
+        "--incremental-streaming-output",
+        action="store_true",
+        help="stream frames carry only the new tokens (SGLang's flag; default cumulative)",
     )
     srv.set_defaults(fn=_cmd_serve)
     keys = sub.add_parser("keys", help="create a CURVE key pair for tcp deployments")

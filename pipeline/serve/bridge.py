@@ -27,77 +27,31 @@ then lands under live requests and their ``weight_versions`` spans show it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import queue
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import count
-from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+import anyio
 import structlog
 import torch
 
 from actors.generator import ChunkRequest, ChunkResult, StepResult
 from actors.generator.builtin import TorchEngine
 from actors.model import load_weights_into, read_weights
+from pipeline.serve.events import Delta, Done, Event, Submission, Version, push_all
+from pipeline.serve.paths import weights_path
+from pipeline.serve.prefix_index import PrefixIndex
 from pipeline.serve.protocol import GenerateSpec
 
 log = structlog.get_logger()
 T = TypeVar("T")
 PauseMode = Literal["abort", "retract", "in_place"]
 PAUSE_MODES: tuple[PauseMode, ...] = ("abort", "retract", "in_place")
-MAX_INDEXED_PREFIXES = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class Delta:
-    token_ids: tuple[int, ...]
-    logprobs: tuple[float, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Version:
-    version: str
-
-
-@dataclass(frozen=True, slots=True)
-class Done:
-    """The request ended: ``reason`` is ``stop`` / ``length`` / ``abort``."""
-
-    reason: str
-    matched: int | None = None
-    message: str = ""
-    is_queued: bool = False
-    num_cached_tokens: int = 0
-    num_retractions: int = 0
-
-
-Event = Delta | Version | Done
-
-
-@dataclass(slots=True, eq=False)
-class Submission:
-    """One request as the bridge tracks it (its engine-side fields belong to the thread)."""
-
-    spec: GenerateSpec
-    events: asyncio.Queue[tuple[Event, ...]]
-    loop: asyncio.AbstractEventLoop
-    wake: asyncio.Event = field(default_factory=asyncio.Event)  # leave the gate
-    engine_id: str = ""
-    generated: list[int] = field(default_factory=list)
-    num_cached_tokens: int = 0
-    num_retractions: int = 0
-    is_done: bool = False
-
-    def push(self, *events: Event) -> None:
-        if any(isinstance(e, Done) for e in events):
-            self.is_done = True
-        with contextlib.suppress(RuntimeError):  # a closed loop: no one is listening
-            self.loop.call_soon_threadsafe(self.events.put_nowait, events)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,10 +64,17 @@ class ServerLoad:
     num_cached_tokens: int
     max_total_tokens: int
     max_running: int
+    num_generated_tokens: int  # since start-up
+    num_input_tokens: int  # of every request added, and how many of them hit the cache
+    num_input_cache_hits: int
 
 
 class ServerBusyError(RuntimeError):
     """The operation needs an idle server (no request running or queued)."""
+
+
+class ServerStoppedError(RuntimeError):
+    """The engine thread has stopped (the server is shutting down): HTTP 503."""
 
 
 class EngineBridge:
@@ -128,10 +89,12 @@ class EngineBridge:
         self._live: dict[str, Submission] = {}  # engine id -> submission in the engine
         self._retracted: list[Submission] = []
         self._gated: dict[int, Submission] = {}  # waiting at the gate (event-loop side)
-        self._prefixes: OrderedDict[tuple[int, ...], str] = OrderedDict()
-        self._parked_tokens = 0  # KV tokens the indexed prefixes hold (while not evicted)
+        self._prefixes = PrefixIndex()
+        self._num_input_tokens = 0
+        self._num_input_cache_hits = 0
         self._ids = count()
         self._stepping = True
+        self.num_steps = 0
         self._stop = threading.Event()
         self._gate: asyncio.Event | None = None
         self._holds = 0  # weight swaps waiting for the engine to drain
@@ -145,6 +108,8 @@ class EngineBridge:
         if self._thread.is_alive():
             try:
                 self._call_sync(self._abort_everything, "server shutting down")
+            except Exception:  # a step that never ends: stop anyway
+                log.exception("serve_stop_abort_failed")
             finally:
                 self._stop.set()
             self._thread.join(timeout=30)
@@ -154,9 +119,9 @@ class EngineBridge:
         return self._thread.is_alive()
 
     # ---- requests ------------------------------------------------------------------------
-    async def submit(self, spec: GenerateSpec) -> Submission:
+    async def submit(self, spec: GenerateSpec, stream: bool = False) -> Submission:
         """Queue ``spec`` (after the gate while paused); its events follow on ``.events``."""
-        sub = Submission(spec, asyncio.Queue(), asyncio.get_running_loop())
+        sub = Submission(spec, asyncio.Queue(), asyncio.get_running_loop(), stream)
         gate = self._gate_event()
         if not gate.is_set():
             key = id(sub)
@@ -169,7 +134,12 @@ class EngineBridge:
                 self._gated.pop(key, None)
             if sub.is_done:  # aborted at the gate
                 return sub
-        await self._call(lambda: self._add(sub))
+        try:
+            await self._call(lambda: self._add(sub))
+        except asyncio.CancelledError:  # the add may still land: take it out again
+            with anyio.CancelScope(shield=True):
+                await self._call(lambda: self._abort_matching(lambda s: s is sub))
+            raise
         return sub
 
     async def abort(self, rid: str, abort_all: bool = False) -> int:
@@ -214,18 +184,17 @@ class EngineBridge:
         the swap lands at once. ``(success, message)`` as SGLang reports them."""
         if abort_all:
             await self.abort("", abort_all=True)
-        if self.paused is not None:
-            done = await self._call(lambda: self._swap(path, version, flush_cache))
-            assert done is not None  # _swap waits only when asked to
-            return done
         self._holds += 1
         self._gate_event().clear()
         try:
-            while True:
-                await self._wait_idle(None)
-                result = await self._call(lambda: self._swap(path, version, flush_cache, True))
-                if result is not None:
-                    return result
+            while True:  # until paused (the swap lands under live requests) or idle
+                need_idle = self.paused is None
+                if not (need_idle and (self._live or self._retracted)):
+                    swap = functools.partial(self._swap, path, version, flush_cache, need_idle)
+                    result = await self._call(swap)
+                    if result is not None:
+                        return result
+                await asyncio.sleep(0.005)
         finally:
             self._holds -= 1
             if not self._holds and self.paused is None:
@@ -242,10 +211,7 @@ class EngineBridge:
 
     def _load_now(self) -> ServerLoad:
         load = self.engine.load()
-        indexed = len(self._prefixes)
-        # cached prefixes are evictable, not used (as in SGLang); the engine may have evicted
-        # some on its own, so their share is scaled by how many are still parked
-        cached = self._parked_tokens * min(load.num_parked, indexed) // indexed if indexed else 0
+        cached = self._prefixes.cached_tokens(load.num_parked)  # evictable, not used
         return ServerLoad(
             num_running=load.num_running,
             num_waiting=load.num_waiting + len(self._gated) + len(self._retracted),
@@ -253,10 +219,23 @@ class EngineBridge:
             num_cached_tokens=cached,
             max_total_tokens=load.kv_tokens_total,
             max_running=load.max_running,
+            num_generated_tokens=self.engine.counters().num_generated_tokens,
+            num_input_tokens=self._num_input_tokens,
+            num_input_cache_hits=self._num_input_cache_hits,
         )
 
-    def num_in_flight(self) -> int:
-        return len(self._live) + len(self._retracted) + len(self._gated)
+    async def wait_for_step(self, timeout_s: float) -> bool | None:
+        """With requests in the engine: whether it completes a step within ``timeout_s``.
+        None when it has none (then only a request of one's own can tell)."""
+        before = self.num_steps
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while self.num_steps == before:
+            if not self._live:
+                return None
+            if asyncio.get_running_loop().time() > deadline:
+                return False
+            await asyncio.sleep(0.005)
+        return True
 
     # ---- event-loop helpers ----------------------------------------------------------------
     def _gate_event(self) -> asyncio.Event:
@@ -271,6 +250,8 @@ class EngineBridge:
             sub.wake.set()
 
     async def _call(self, fn: Callable[[], T]) -> T:
+        if self._stop.is_set() or not self._thread.is_alive():
+            raise ServerStoppedError("the server is shutting down")
         future: Future[T] = Future()
         self._commands.put((fn, future))
         return await asyncio.wrap_future(future)
@@ -296,18 +277,26 @@ class EngineBridge:
     # ---- the engine thread -----------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop.is_set():
-            busy = self._stepping and self.engine.has_work()
-            self._run_commands(block=not busy)
-            if self._stepping and self.engine.has_work():
-                try:
-                    result = self.engine.poll()
-                except Exception as exc:  # the engine broke: end every request, keep serving
-                    log.exception("serve_engine_step_failed")
-                    self._abort_everything(f"engine error: {type(exc).__name__}: {exc}")
-                    continue
-                self._deliver(result)
-                if self.step_delay_s:
-                    self._stop.wait(self.step_delay_s)
+            try:
+                self._turn()
+            except Exception as exc:  # a bug or a broken engine: end every request, go on
+                log.exception("serve_engine_step_failed")
+                self._abort_everything(f"engine error: {type(exc).__name__}: {exc}")
+        while True:  # stopped: nothing queued after this point will run
+            try:
+                _, future = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            future.set_exception(ServerStoppedError("the server is shutting down"))
+
+    def _turn(self) -> None:
+        busy = self._stepping and self.engine.has_work()
+        self._run_commands(block=not busy)
+        if self._stepping and self.engine.has_work():
+            self._deliver(self.engine.poll())
+            self.num_steps += 1
+            if self.step_delay_s:
+                self._stop.wait(self.step_delay_s)
 
     def _run_commands(self, block: bool) -> None:
         try:
@@ -329,32 +318,39 @@ class EngineBridge:
     def _add(self, sub: Submission) -> None:
         spec = sub.spec
         if spec.max_new_tokens == 0:  # SGLang answers a prefill-only request at once
+            sub.out.note_version(self.version)
             sub.push(Version(self.version), Done("length"))
             return
-        engine_id = self._take_prefix(spec.input_ids) or f"s{next(self._ids)}"
+        engine_id = self._prefixes.take(spec.input_ids) or f"s{next(self._ids)}"
         request = ChunkRequest(engine_id, spec.input_ids, spec.max_new_tokens, params=spec.params)
         self.engine.add(request)  # EngineError: refused before anything changed
         sub.engine_id = engine_id
         self._live[engine_id] = sub
+        sub.out.note_version(self.version)
         sub.push(Version(self.version))
 
     def _deliver(self, result: StepResult) -> None:
         events: dict[str, list[Event]] = {}
         for delta in result.deltas:
-            self._live[delta.request_id].generated.extend(delta.token_ids)
+            out = self._live[delta.request_id].out
+            out.token_ids.extend(delta.token_ids)
+            out.logprobs.extend(delta.logprobs)
             events.setdefault(delta.request_id, []).append(Delta(delta.token_ids, delta.logprobs))
         for chunk in result.finished:
             sub = self._live[chunk.request_id]
             events.setdefault(chunk.request_id, []).append(self._finish(sub, chunk))
-        for engine_id, batch in events.items():
-            self._live[engine_id].push(*batch)
+        push_all([(self._live[i], tuple(batch)) for i, batch in events.items()])
         for chunk in result.finished:
             del self._live[chunk.request_id]
 
     def _finish(self, sub: Submission, chunk: ChunkResult) -> Done:
         sub.num_cached_tokens += chunk.num_cached_tokens
+        self._num_input_tokens += len(sub.spec.input_ids)
+        self._num_input_cache_hits += chunk.num_cached_tokens
         if chunk.finish_reason == "chunk":  # its KV stays parked: index the sequence
-            self._index_prefix((*sub.spec.input_ids, *sub.generated), chunk.request_id)
+            tokens = (*sub.spec.input_ids, *sub.generated)
+            for engine_id in self._prefixes.put(tokens, chunk.request_id):
+                self.engine.release(engine_id)
         if chunk.finish_reason == "stop":
             return self._done(sub, "stop", matched=sub.generated[-1])
         if chunk.finish_reason in ("chunk", "length"):
@@ -368,27 +364,6 @@ class EngineBridge:
             num_retractions=sub.num_retractions,
             **kw,
         )
-
-    def _index_prefix(self, tokens: tuple[int, ...], engine_id: str) -> None:
-        old = self._prefixes.pop(tokens, None)
-        if old is not None:  # the same sequence again: keep the newest KV only
-            self._unindexed(tokens)
-            self.engine.release(old)
-        self._prefixes[tokens] = engine_id
-        self._parked_tokens += len(tokens) - 1
-        while len(self._prefixes) > MAX_INDEXED_PREFIXES:
-            key, oldest = self._prefixes.popitem(last=False)
-            self._unindexed(key)
-            self.engine.release(oldest)
-
-    def _take_prefix(self, tokens: tuple[int, ...]) -> str | None:
-        engine_id = self._prefixes.pop(tokens, None)
-        if engine_id is not None:
-            self._unindexed(tokens)
-        return engine_id
-
-    def _unindexed(self, tokens: tuple[int, ...]) -> None:
-        self._parked_tokens -= len(tokens) - 1
 
     def _abort_matching(self, match: Callable[[Submission], bool]) -> int:
         hits = [s for s in self._live.values() if match(s)]
@@ -450,10 +425,8 @@ class EngineBridge:
         self._drop_prefixes()
 
     def _drop_prefixes(self) -> None:
-        for engine_id in self._prefixes.values():
+        for engine_id in self._prefixes.clear():
             self.engine.release(engine_id)
-        self._prefixes.clear()
-        self._parked_tokens = 0
 
     def _swap(
         self, path: str, version: str | None, flush_cache: bool, need_idle: bool = False
@@ -462,7 +435,7 @@ class EngineBridge:
         if need_idle and live:
             return None  # a request slipped in: wait for it too
         try:
-            state = read_weights(Path(path))
+            state = read_weights(weights_path(path))
             self._load(state, busy=bool(self._live))
         except (OSError, ValueError, RuntimeError) as exc:
             return False, f"Failed to update weights: {type(exc).__name__}: {exc}"
@@ -486,4 +459,5 @@ class EngineBridge:
     def _relabel(self, version: str) -> None:
         self.version = version
         for sub in [*self._live.values(), *self._retracted]:
+            sub.out.note_version(version)
             sub.push(Version(version))
