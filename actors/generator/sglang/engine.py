@@ -24,7 +24,9 @@ import dataclasses
 import itertools
 import shutil
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import anyio
 import structlog
@@ -49,8 +51,16 @@ log = structlog.get_logger()
 
 
 class SGLangEngine:
-    def __init__(self, options: GeneratorOptions, index: int = 0) -> None:
+    def __init__(
+        self,
+        options: GeneratorOptions,
+        index: int = 0,
+        *,
+        event_hooks: Mapping[str, list[Callable[..., Any]]] | None = None,
+    ) -> None:
+        """`event_hooks`: httpx's, to observe every request and response (tests, tools)."""
         self.options = options
+        self.event_hooks = event_hooks
         self.opts = options.sglang
         self.index = index
         self.url = self.opts.server_url(index)
@@ -99,6 +109,7 @@ class SGLangEngine:
             request_timeout_s=o.request_timeout_s,
             connect_timeout_s=o.connect_timeout_s,
             max_connections=o.max_connections,
+            event_hooks=self.event_hooks,
         )
         info = await self.client.server_info(timeout=30.0)
         ctx = info.get("context_length")

@@ -33,6 +33,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when the process that launched it dies (Linux), so a generator
+    killed without its clean-up leaves no server behind."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def fill_command(template: tuple[str, ...], *, model: str, host: str, port: int) -> list[str]:
     values = {"python": sys.executable, "model": model, "host": host, "port": str(port)}
     return [arg.format(**values) for arg in template]
@@ -49,7 +58,11 @@ class ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                self.args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                self.args,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         deadline = time.monotonic() + timeout_s
         async with httpx.AsyncClient(base_url=self.url, timeout=5.0) as http:
