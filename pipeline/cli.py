@@ -13,6 +13,7 @@ BENCHES = {
     "rollout": "pipeline.bench.rollout",
     "drafts": "pipeline.bench.drafts",
     "scheduler": "pipeline.bench.scheduler",
+    "serve": "pipeline.bench.serve",
 }
 
 
@@ -146,6 +147,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         )
     elif args.name == "scheduler":
         module.run(args.json, quick=args.quick, repeats=args.repeats, profile=args.profile)
+    elif args.name == "serve":
+        module.run(args.json, quick=args.quick, repeats=args.repeats)
     elif args.name == "drafts":
         module.run(args.json, quick=args.quick, repeats=args.repeats, model=args.model)
     else:
@@ -226,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--trace", help="rollout: replay this recorded trace's workload")
     bench.add_argument("--chunk-size", type=int, default=128, help="rollout: tokens per chunk")
     bench.add_argument(
-        "--repeats", type=int, help="rollout, drafts, scheduler: runs per variant (median)"
+        "--repeats", type=int, help="rollout, drafts, scheduler, serve: runs per variant (median)"
     )
     bench.add_argument("--model", help="drafts: a saved model to roll out (default: warm start)")
     bench.add_argument(

@@ -14,13 +14,16 @@ other weight-update routes (tensor, distributed, IPC), LoRA, sessions.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
+import anyio
 import structlog
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -36,6 +39,7 @@ from pipeline.serve.bridge import (
     Done,
     EngineBridge,
     ServerBusyError,
+    ServerStoppedError,
     Submission,
     Version,
 )
@@ -55,6 +59,7 @@ from pipeline.serve.protocol import (
 log = structlog.get_logger()
 API_VERSION = "0.5.23"  # the SGLang release whose API this server speaks
 HEALTH_TIMEOUT_S = 20.0
+DISCONNECT_POLL_S = 0.25
 LOAD_SECTIONS = frozenset({"core", "memory", "spec", "lora", "disagg", "queues", "all"})
 
 
@@ -69,6 +74,8 @@ class ServerInfo:
     kv_budget_tokens: int
     max_prefill_tokens: int
     eos_token_id: int | None
+    kv_bytes_per_token: int = 0
+    weight_bytes: int = 0
 
 
 def build_app(bridge: EngineBridge, info: ServerInfo) -> Starlette:
@@ -90,7 +97,12 @@ def build_app(bridge: EngineBridge, info: ServerInfo) -> Starlette:
         Route("/health_generate", server.health, methods=["GET"]),
         Route("/ready", server.ready, methods=["GET"]),
     ]
-    return Starlette(routes=routes, exception_handlers={ContractError: _contract_error})
+    handlers = {ContractError: _contract_error, ServerStoppedError: _stopped}
+    return Starlette(routes=routes, exception_handlers=handlers)
+
+
+async def _stopped(request: Request, exc: Exception) -> Response:
+    return JSONResponse({"error": {"message": str(exc)}}, status_code=503)
 
 
 async def _contract_error(request: Request, exc: Exception) -> Response:
@@ -98,10 +110,25 @@ async def _contract_error(request: Request, exc: Exception) -> Response:
     return JSONResponse(error_body(exc), status_code=400)
 
 
+class _Rate:
+    """Tokens per second between two successive readings of a monotonic counter."""
+
+    def __init__(self) -> None:
+        self._last: tuple[float, int] | None = None
+        self._rate = 0.0
+
+    def update(self, now: float, total: int) -> float:
+        if self._last is not None and now > self._last[0]:
+            self._rate = (total - self._last[1]) / (now - self._last[0])
+        self._last = (now, total)
+        return self._rate
+
+
 class _Server:
     def __init__(self, bridge: EngineBridge, info: ServerInfo) -> None:
         self.bridge = bridge
         self.info = info
+        self._throughput = _Rate()
         self.tokenizer = ByteTokenizer() if info.vocab_size == 259 else None
 
     # ---- /generate -----------------------------------------------------------------------
@@ -112,38 +139,56 @@ class _Server:
             specs, is_batch, stream = parse_generate(
                 body, context_len=self.info.context_len, vocab_size=self.info.vocab_size
             )
-        except (ContractError, RequestError) as exc:
+        except ContractError as exc:  # SGLang's contract gate: 400, streaming or not
+            return JSONResponse(error_body(exc), status_code=400)
+        except RequestError as exc:  # SGLang's validation: in the stream when streaming
+            if body.get("stream") is True:
+                frames = _error_stream(str(exc))
+                return StreamingResponse(frames, media_type="text/event-stream")
             return JSONResponse(error_body(exc), status_code=400)
         if stream:
-            frames = self._stream(specs, is_batch, start)
+            frames = self._stream(request, specs, is_batch, start)
             return StreamingResponse(frames, media_type="text/event-stream")
+        work = asyncio.ensure_future(asyncio.gather(*(self._run_one(s, start) for s in specs)))
+        while not work.done():  # a client that hangs up has its requests aborted
+            await asyncio.wait({work}, timeout=DISCONNECT_POLL_S)
+            if not work.done() and await request.is_disconnected():
+                log.info("serve_client_disconnected", rids=[s.rid for s in specs])
+                work.cancel()
+                with contextlib.suppress(asyncio.CancelledError, EngineError):
+                    await work
+                return Response(status_code=499)
         try:
-            outs = await asyncio.gather(*(self._run_one(s, start) for s in specs))
+            outs = work.result()
         except EngineError as exc:
             return JSONResponse(error_body(RequestError(str(exc))), status_code=400)
         return JSONResponse(outs if is_batch else outs[0])
 
     async def _run_one(self, spec: GenerateSpec, start: float) -> dict[str, Any]:
         sub = await self.bridge.submit(spec)
-        out = Output()
+        out = sub.out  # the engine thread's to write until Done arrives
         try:
             while out.finish_reason is None:
                 for event in await sub.events.get():
-                    self._apply(spec, out, event)
+                    if isinstance(event, Done):
+                        self._apply(spec, out, event)
         finally:
             if not sub.is_done:  # cancelled (client gone): free the engine
-                await self.bridge.abort(spec.rid)
+                with anyio.CancelScope(shield=True):
+                    await self.bridge.abort(spec.rid)
         return self._response(spec, out, start)
 
     async def _stream(
-        self, specs: list[GenerateSpec], is_batch: bool, start: float
+        self, request: Request, specs: list[GenerateSpec], is_batch: bool, start: float
     ) -> AsyncIterator[bytes]:
         merged: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
         subs: list[Submission] = []
+        # uvicorn drops frames sent to a client that hung up without telling the app: watch
+        watcher = asyncio.ensure_future(_watch_disconnect(request, merged))
         try:
             for i, spec in enumerate(specs):
                 try:
-                    sub = await self.bridge.submit(spec)
+                    sub = await self.bridge.submit(spec, stream=True)
                 except EngineError as exc:
                     yield _frame(_stream_error(str(exc), i if is_batch else None))
                     continue
@@ -153,6 +198,9 @@ class _Server:
             open_ = len(subs)
             while open_:
                 i, events = await merged.get()
+                if i < 0:
+                    log.info("serve_client_disconnected", rids=[s.rid for s in specs])
+                    return
                 out = outs[i]
                 for event in events:
                     self._apply(specs[i], out, event)
@@ -163,9 +211,11 @@ class _Server:
                     open_ -= 1
             yield b"data: [DONE]\n\n"
         finally:
-            for sub in subs:
-                if not sub.is_done:  # the client went away mid-stream
-                    await self.bridge.abort(sub.spec.rid)
+            watcher.cancel()
+            with anyio.CancelScope(shield=True):  # Starlette cancels us on a disconnect
+                for sub in subs:
+                    if not sub.is_done:  # the client went away mid-stream
+                        await self.bridge.abort(sub.spec.rid)
 
     def _apply(self, spec: GenerateSpec, out: Output, event: Any) -> None:
         if isinstance(event, Version):
@@ -184,7 +234,7 @@ class _Server:
             elif event.reason == "length":
                 out.finish_reason = length_reason(spec.max_new_tokens)
             else:
-                out.finish_reason = abort_reason(event.message)
+                out.finish_reason = abort_reason(event.message, is_queued=event.is_queued)
 
     def _response(
         self, spec: GenerateSpec, out: Output, start: float, index: int | None = None
@@ -315,28 +365,45 @@ class _Server:
         )
 
     async def loads(self, request: Request) -> Response:
-        include = set(request.query_params.get("include", "core").split(","))
+        """SGLang's per-rank ``LoadSnapshot`` fields (one rank); ``include`` defaults to all."""
+        raw = request.query_params.get("include")
+        include = {part.strip() for part in raw.split(",")} if raw else {"all"}
         unknown = sorted(include - LOAD_SECTIONS)
-        if unknown:
-            message = f"unknown include section(s) {unknown}; known: {sorted(LOAD_SECTIONS)}"
-            return JSONResponse({"error": {"message": message}}, status_code=400)
+        if unknown:  # FastAPI's HTTPException shape, as SGLang answers
+            message = f"Invalid include sections: {unknown}. Valid options: {sorted(LOAD_SECTIONS)}"
+            return JSONResponse({"detail": message}, status_code=400)
         load = await self.bridge.load()
         used, total = load.num_used_tokens, load.max_total_tokens
+        now = time.monotonic()
+        gen_rate = self._throughput.update(now, load.num_generated_tokens)
         entry: dict[str, Any] = {
+            "timestamp": time.time(),
             "dp_rank": 0,
             "num_running_reqs": load.num_running,
             "num_waiting_reqs": load.num_waiting,
             "num_used_tokens": used,
-            "num_total_tokens": total,
+            "num_total_tokens": used + load.num_cached_tokens,
+            "num_active_tokens": used + load.num_cached_tokens,
             "max_total_num_tokens": total,
             "max_running_requests": load.max_running,
             "token_usage": used / total if total else 0.0,
+            "gen_throughput": gen_rate,
+            "cache_hit_rate": (
+                load.num_input_cache_hits / load.num_input_tokens if load.num_input_tokens else 0.0
+            ),
+            "utilization": load.num_running / load.max_running if load.max_running else 0.0,
         }
         if include & {"memory", "all"}:
-            entry["memory"] = {"num_cached_tokens": load.num_cached_tokens}
+            kv_gb = total * self.info.kv_bytes_per_token / 1e9
+            entry["memory"] = {
+                "weight_gb": self.info.weight_bytes / 1e9,
+                "kv_cache_gb": kv_gb,
+                "graph_gb": 0.0,
+                "token_capacity": total,
+            }
         return JSONResponse(
             {
-                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "timestamp": datetime.now(UTC).isoformat(),
                 "version": API_VERSION,
                 "accelerator": "cpu",
                 "num_accelerators": 1,
@@ -349,6 +416,11 @@ class _Server:
             return Response(status_code=503)
         if self.bridge.paused is not None:  # the engine is held on purpose; its thread lives
             return Response(status_code=200)
+        # as SGLang: any output of the scheduler within the timeout passes, so a full batch
+        # does not make a health request wait behind it
+        progressed = await self.bridge.wait_for_step(HEALTH_TIMEOUT_S)
+        if progressed is not None:
+            return Response(status_code=200 if progressed else 503)
         spec = GenerateSpec(
             rid=f"HEALTH_CHECK_{uuid.uuid4().hex}",
             input_ids=(0,),
@@ -369,6 +441,12 @@ class _Server:
         if self.bridge.paused is not None or not self.bridge.is_alive:
             return JSONResponse({"status": "not ready", "paused": self.bridge.paused}, 503)
         return JSONResponse({"status": "ready"})
+
+
+async def _watch_disconnect(request: Request, merged: asyncio.Queue[tuple[int, Any]]) -> None:
+    while not await request.is_disconnected():
+        await asyncio.sleep(DISCONNECT_POLL_S)
+    merged.put_nowait((-1, ()))
 
 
 async def _forward(index: int, sub: Submission, merged: asyncio.Queue[tuple[int, Any]]) -> None:
@@ -395,8 +473,14 @@ def _frame(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 
+async def _error_stream(message: str) -> AsyncIterator[bytes]:
+    yield _frame(_stream_error(message, None))
+    yield b"data: [DONE]\n\n"
+
+
 def _stream_error(message: str, index: int | None) -> dict[str, Any]:
-    error = {"message": message, "type": "BadRequestError", "code": 400, "retryable": False}
+    error = {"message": message, "type": "invalid_request_error", "code": 400}
+    error["retryable"] = False
     return {"error": error} if index is None else {"error": error, "index": index}
 
 

@@ -38,13 +38,14 @@ from itertools import count
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+import anyio
 import structlog
 import torch
 
 from actors.generator import ChunkRequest, ChunkResult, StepResult
 from actors.generator.builtin import TorchEngine
 from actors.model import load_weights_into, read_weights
-from pipeline.serve.protocol import GenerateSpec
+from pipeline.serve.protocol import GenerateSpec, Output
 
 log = structlog.get_logger()
 T = TypeVar("T")
@@ -81,23 +82,47 @@ Event = Delta | Version | Done
 
 @dataclass(slots=True, eq=False)
 class Submission:
-    """One request as the bridge tracks it (its engine-side fields belong to the thread)."""
+    """One request as the bridge tracks it. The engine thread writes ``out`` (tokens,
+    logprobs, version spans) until it pushes ``Done``; the handler reads it after. Only a
+    streaming request (``stream``) also gets ``Delta`` and ``Version`` events."""
 
     spec: GenerateSpec
     events: asyncio.Queue[tuple[Event, ...]]
     loop: asyncio.AbstractEventLoop
+    stream: bool = False
     wake: asyncio.Event = field(default_factory=asyncio.Event)  # leave the gate
+    out: Output = field(default_factory=Output)
     engine_id: str = ""
-    generated: list[int] = field(default_factory=list)
     num_cached_tokens: int = 0
     num_retractions: int = 0
     is_done: bool = False
 
+    @property
+    def generated(self) -> list[int]:
+        return self.out.token_ids
+
     def push(self, *events: Event) -> None:
+        _push_all([(self, events)])
+
+
+def _push_all(batch: list[tuple[Submission, tuple[Event, ...]]]) -> None:
+    """Hand each submission its events: one wake-up of the event loop for the lot."""
+    kept = []
+    for sub, events in batch:
         if any(isinstance(e, Done) for e in events):
-            self.is_done = True
-        with contextlib.suppress(RuntimeError):  # a closed loop: no one is listening
-            self.loop.call_soon_threadsafe(self.events.put_nowait, events)
+            sub.is_done = True
+        mine = events if sub.stream else tuple(e for e in events if isinstance(e, Done))
+        if mine:
+            kept.append((sub, mine))
+    if not kept:
+        return
+    with contextlib.suppress(RuntimeError):  # a closed loop: no one is listening
+        kept[0][0].loop.call_soon_threadsafe(_deliver_events, kept)
+
+
+def _deliver_events(batch: list[tuple[Submission, tuple[Event, ...]]]) -> None:
+    for sub, events in batch:
+        sub.events.put_nowait(events)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,10 +135,17 @@ class ServerLoad:
     num_cached_tokens: int
     max_total_tokens: int
     max_running: int
+    num_generated_tokens: int  # since start-up
+    num_input_tokens: int  # of every request added, and how many of them hit the cache
+    num_input_cache_hits: int
 
 
 class ServerBusyError(RuntimeError):
     """The operation needs an idle server (no request running or queued)."""
+
+
+class ServerStoppedError(RuntimeError):
+    """The engine thread has stopped (the server is shutting down): HTTP 503."""
 
 
 class EngineBridge:
@@ -130,8 +162,11 @@ class EngineBridge:
         self._gated: dict[int, Submission] = {}  # waiting at the gate (event-loop side)
         self._prefixes: OrderedDict[tuple[int, ...], str] = OrderedDict()
         self._parked_tokens = 0  # KV tokens the indexed prefixes hold (while not evicted)
+        self._num_input_tokens = 0
+        self._num_input_cache_hits = 0
         self._ids = count()
         self._stepping = True
+        self.num_steps = 0
         self._stop = threading.Event()
         self._gate: asyncio.Event | None = None
         self._holds = 0  # weight swaps waiting for the engine to drain
@@ -154,9 +189,9 @@ class EngineBridge:
         return self._thread.is_alive()
 
     # ---- requests ------------------------------------------------------------------------
-    async def submit(self, spec: GenerateSpec) -> Submission:
+    async def submit(self, spec: GenerateSpec, stream: bool = False) -> Submission:
         """Queue ``spec`` (after the gate while paused); its events follow on ``.events``."""
-        sub = Submission(spec, asyncio.Queue(), asyncio.get_running_loop())
+        sub = Submission(spec, asyncio.Queue(), asyncio.get_running_loop(), stream)
         gate = self._gate_event()
         if not gate.is_set():
             key = id(sub)
@@ -169,7 +204,12 @@ class EngineBridge:
                 self._gated.pop(key, None)
             if sub.is_done:  # aborted at the gate
                 return sub
-        await self._call(lambda: self._add(sub))
+        try:
+            await self._call(lambda: self._add(sub))
+        except asyncio.CancelledError:  # the add may still land: take it out again
+            with anyio.CancelScope(shield=True):
+                await self._call(lambda: self._abort_matching(lambda s: s is sub))
+            raise
         return sub
 
     async def abort(self, rid: str, abort_all: bool = False) -> int:
@@ -253,10 +293,23 @@ class EngineBridge:
             num_cached_tokens=cached,
             max_total_tokens=load.kv_tokens_total,
             max_running=load.max_running,
+            num_generated_tokens=self.engine.counters().num_generated_tokens,
+            num_input_tokens=self._num_input_tokens,
+            num_input_cache_hits=self._num_input_cache_hits,
         )
 
-    def num_in_flight(self) -> int:
-        return len(self._live) + len(self._retracted) + len(self._gated)
+    async def wait_for_step(self, timeout_s: float) -> bool | None:
+        """With requests in the engine: whether it completes a step within ``timeout_s``.
+        None when it has none (then only a request of one's own can tell)."""
+        before = self.num_steps
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while self.num_steps == before:
+            if not self._live:
+                return None
+            if asyncio.get_running_loop().time() > deadline:
+                return False
+            await asyncio.sleep(0.005)
+        return True
 
     # ---- event-loop helpers ----------------------------------------------------------------
     def _gate_event(self) -> asyncio.Event:
@@ -271,6 +324,8 @@ class EngineBridge:
             sub.wake.set()
 
     async def _call(self, fn: Callable[[], T]) -> T:
+        if self._stop.is_set() or not self._thread.is_alive():
+            raise ServerStoppedError("the server is shutting down")
         future: Future[T] = Future()
         self._commands.put((fn, future))
         return await asyncio.wrap_future(future)
@@ -296,18 +351,26 @@ class EngineBridge:
     # ---- the engine thread -----------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop.is_set():
-            busy = self._stepping and self.engine.has_work()
-            self._run_commands(block=not busy)
-            if self._stepping and self.engine.has_work():
-                try:
-                    result = self.engine.poll()
-                except Exception as exc:  # the engine broke: end every request, keep serving
-                    log.exception("serve_engine_step_failed")
-                    self._abort_everything(f"engine error: {type(exc).__name__}: {exc}")
-                    continue
-                self._deliver(result)
-                if self.step_delay_s:
-                    self._stop.wait(self.step_delay_s)
+            try:
+                self._turn()
+            except Exception as exc:  # a bug or a broken engine: end every request, go on
+                log.exception("serve_engine_step_failed")
+                self._abort_everything(f"engine error: {type(exc).__name__}: {exc}")
+        while True:  # stopped: nothing queued after this point will run
+            try:
+                _, future = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            future.set_exception(ServerStoppedError("the server is shutting down"))
+
+    def _turn(self) -> None:
+        busy = self._stepping and self.engine.has_work()
+        self._run_commands(block=not busy)
+        if self._stepping and self.engine.has_work():
+            self._deliver(self.engine.poll())
+            self.num_steps += 1
+            if self.step_delay_s:
+                self._stop.wait(self.step_delay_s)
 
     def _run_commands(self, block: bool) -> None:
         try:
@@ -329,6 +392,7 @@ class EngineBridge:
     def _add(self, sub: Submission) -> None:
         spec = sub.spec
         if spec.max_new_tokens == 0:  # SGLang answers a prefill-only request at once
+            sub.out.note_version(self.version)
             sub.push(Version(self.version), Done("length"))
             return
         engine_id = self._take_prefix(spec.input_ids) or f"s{next(self._ids)}"
@@ -336,23 +400,27 @@ class EngineBridge:
         self.engine.add(request)  # EngineError: refused before anything changed
         sub.engine_id = engine_id
         self._live[engine_id] = sub
+        sub.out.note_version(self.version)
         sub.push(Version(self.version))
 
     def _deliver(self, result: StepResult) -> None:
         events: dict[str, list[Event]] = {}
         for delta in result.deltas:
-            self._live[delta.request_id].generated.extend(delta.token_ids)
+            out = self._live[delta.request_id].out
+            out.token_ids.extend(delta.token_ids)
+            out.logprobs.extend(delta.logprobs)
             events.setdefault(delta.request_id, []).append(Delta(delta.token_ids, delta.logprobs))
         for chunk in result.finished:
             sub = self._live[chunk.request_id]
             events.setdefault(chunk.request_id, []).append(self._finish(sub, chunk))
-        for engine_id, batch in events.items():
-            self._live[engine_id].push(*batch)
+        _push_all([(self._live[i], tuple(batch)) for i, batch in events.items()])
         for chunk in result.finished:
             del self._live[chunk.request_id]
 
     def _finish(self, sub: Submission, chunk: ChunkResult) -> Done:
         sub.num_cached_tokens += chunk.num_cached_tokens
+        self._num_input_tokens += len(sub.spec.input_ids)
+        self._num_input_cache_hits += chunk.num_cached_tokens
         if chunk.finish_reason == "chunk":  # its KV stays parked: index the sequence
             self._index_prefix((*sub.spec.input_ids, *sub.generated), chunk.request_id)
         if chunk.finish_reason == "stop":
@@ -486,4 +554,5 @@ class EngineBridge:
     def _relabel(self, version: str) -> None:
         self.version = version
         for sub in [*self._live.values(), *self._retracted]:
+            sub.out.note_version(version)
             sub.push(Version(version))

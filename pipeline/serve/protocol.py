@@ -301,11 +301,11 @@ def length_reason(length: int) -> dict[str, Any]:
     return {"type": "length", "length": length}
 
 
-def abort_reason(message: str, status_code: int | None = None) -> dict[str, Any]:
-    reason: dict[str, Any] = {"type": "abort", "message": message}
-    if status_code is not None:
-        reason["status_code"] = status_code
-    return reason
+def abort_reason(message: str, *, is_queued: bool = False) -> dict[str, Any]:
+    """SGLang's ``FINISH_ABORT``; a request aborted while queued gets the short form."""
+    if is_queued:
+        return {"type": "abort", "message": message}
+    return {"type": "abort", "message": message, "status_code": None, "err_type": None}
 
 
 def response_json(

@@ -185,6 +185,8 @@ def _build(options: ServeOptions, port: int) -> tuple[EngineBridge, ServerInfo]:
         kv_budget_tokens=config.kv_budget_tokens,
         max_prefill_tokens=config.max_prefill_tokens,
         eos_token_id=eos,
+        kv_bytes_per_token=model.config.kv_bytes_per_token,
+        weight_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
     )
     log.info("serve_started", **json.loads(json.dumps(dataclasses.asdict(info))))
     return bridge, info

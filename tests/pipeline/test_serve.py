@@ -4,6 +4,11 @@ own schema (CheckedClient)."""
 
 from __future__ import annotations
 
+import json
+import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -11,16 +16,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from actors.model import load_model, save_hf_folder
 from pipeline.serve import ServeOptions, ServerHandle, start_server
-from pipeline.serve.schema import SchemaError, validate_generate_request
+from pipeline.serve.schema import SchemaError, validate, validate_generate_request
 from tests.pipeline.serve_util import (
     CheckedClient,
     engine_greedy,
     greedy_body,
     save_tiny,
+    sse_frames,
 )
 
 pytestmark = pytest.mark.timeout(120)
@@ -143,6 +150,22 @@ def test_bad_requests_get_sglangs_400(
         assert isinstance(error["message"], str) and error["message"]
 
 
+def test_a_streaming_request_that_fails_validation_gets_an_error_frame(
+    client: CheckedClient,
+) -> None:
+    """SGLang answers 200 and streams {"error": {...}} then [DONE] (http_server.py)."""
+    body = {"input_ids": [257, 1], "sampling_params": {"top_k": 0}, "stream": True}
+    with client.http.stream("POST", "/generate", json=body) as response:
+        assert response.status_code == 200
+        frames = list(sse_frames(response.iter_text()))
+    assert frames[-1] == "[DONE]" and len(frames) == 2
+    frame = json.loads(frames[0])
+    validate("GenerateStreamError", frame)
+    assert frame["error"]["code"] == 400 and "top_k" in frame["error"]["message"]
+    bad_gate = {**body, "sampling_params": {"max_tokens": 1}}  # the gate: 400 even so
+    assert client.http.post("/generate", json=bad_gate).status_code == 400
+
+
 def test_a_prompt_that_fills_the_context_is_refused(client: CheckedClient) -> None:
     body = {"input_ids": [1] * 256, "sampling_params": {"max_new_tokens": 1}}
     response = client.generate(body)
@@ -161,6 +184,9 @@ def test_loads_report_sglang_fields(client: CheckedClient) -> None:
         assert rank[key] == 0, key  # idle: cached prefixes count as evictable, not used
     assert rank["max_total_num_tokens"] == ServeOptions().kv_budget_tokens
     assert rank["max_running_requests"] == ServeOptions().max_batch
+    assert "memory" not in rank  # include=core: the flat fields only
+    memory = client.http.get("/v1/loads").json()["loads"][0]["memory"]  # default: all
+    assert memory["token_capacity"] == rank["max_total_num_tokens"]
     assert client.http.get("/v1/loads", params={"include": "bogus"}).status_code == 400
     for path in ("/health", "/health_generate", "/ready"):
         assert client.http.get(path).status_code == 200, path
@@ -208,6 +234,7 @@ def test_abort_by_rid_prefix_returns_partial_output(slow: ServerHandle) -> None:
         for rid in ("g:0:0#", "g:1:0#", "h:0:0#")
     }
     _wait_for(lambda: _running(c) == 3, "three requests in one batch")
+    assert c.http.get("/health_generate").status_code == 200  # a busy engine is healthy
     assert c.http.post("/abort_request", json={"rid": "g:"}).status_code == 200
     for rid in ("g:0:0#", "g:1:0#"):
         out = jobs[rid].result(timeout=30)
@@ -329,3 +356,49 @@ def test_update_weights_from_disk_changes_outputs_and_version(
         assert c.http.post("/update_weight_version", json=relabel).json()["success"] is True
         assert c.http.get("/model_info").json()["weight_version"] == "v9"
         c.close()
+
+
+def test_seer_serve_command_serves_an_hf_folder(other_weights: Path, tmp_path: Path) -> None:
+    """`seer serve --model <HF folder> --port 0` as a subprocess: URL on its first line,
+    healthy, generating what the engine generates on those weights; stops on SIGTERM."""
+    command = [sys.executable, "-m", "pipeline.cli", "serve", "--model", str(other_weights)]
+    proc = subprocess.Popen(
+        [*command, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        lines: Future[str] = _in_background(lambda: proc.stdout.readline() if proc.stdout else "")
+        first = lines.result(timeout=60)
+        match = re.search(r"listening on (http://127\.0\.0\.1:\d+)", first)
+        assert match, first
+        c = CheckedClient(match.group(1))
+        assert c.http.get("/health_generate").status_code == 200
+        reference = save_tiny(tmp_path / "seed1.safetensors", seed=1)
+        [expected] = engine_greedy(reference, [[257, 21, 22]], 6)
+        out = c.generate(greedy_body([257, 21, 22], 6, "cli:0#")).json()
+        assert out["output_ids"] == expected
+        assert c.http.get("/model_info").json()["model_path"] == str(other_weights)
+        c.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert proc.returncode in (0, -signal.SIGTERM)  # uvicorn re-raises it after shutdown
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_hangs_up_has_its_request_aborted(slow: ServerHandle, stream: bool) -> None:
+    c = CheckedClient(slow.url)
+    body = _long([257, 10], 250, "d:0#")
+    if stream:
+        with c.http.stream("POST", "/generate", json={**body, "stream": True}) as response:
+            next(response.iter_lines())  # the first frame: it is running; then hang up
+    else:
+        with pytest.raises(httpx.ReadTimeout):
+            c.http.post("/generate", json=body, timeout=0.5)
+    _wait_for(lambda: _running(c) == 0, "the abandoned request to end")
+    generated = slow.bridge.engine.counters().num_generated_tokens
+    assert generated < 250  # it did not run to its end
+    c.close()
