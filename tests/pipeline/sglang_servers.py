@@ -39,7 +39,9 @@ async def seer_servers(
                 serve_args(model, port, *extra), f"http://127.0.0.1:{port}", log_dir / f"s{i}.log"
             )
             servers.append(server)
-            await server.start(timeout_s=90.0)
+            server.spawn()
+        for server in servers:  # they start side by side
+            await server.wait_healthy(timeout_s=120.0)
         yield servers
     finally:
         for server in servers:

@@ -14,8 +14,10 @@ import anyio
 import httpx
 import pytest
 
+from actors.generator import ChunkRequest, SamplingParams
+from actors.generator.builtin import EngineConfig, TorchEngine
 from actors.model import LlamaModel, ModelOptions
-from actors.model.weights import save_model
+from actors.model.weights import load_model, save_model
 from pipeline.rollout.api import Rollout, rollout_config
 from tests.pipeline.sglang_servers import SERVE_COMMAND, kill, seer_servers
 from tests.pipeline.tiny import TINY_MODEL
@@ -36,6 +38,19 @@ def model_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     config = ModelOptions(**TINY_MODEL).config()
     save_model(LlamaModel.random(config, seed=3), path)
     return str(path)
+
+
+def greedy_reference(model: str, sampling: SamplingSpec) -> list[tuple[int, ...]]:
+    """Every sample's greedy tokens from one built-in engine, no scheduler (3 per prompt)."""
+    engine = TorchEngine(load_model(model), EngineConfig(eos_token_id=EOS, profile=False))
+    params = SamplingParams(temperature=0.0, ignore_eos=sampling.ignore_eos)
+    for p in PROMPTS:
+        engine.add(ChunkRequest(p.prompt_id, p.token_ids, sampling.max_new_tokens, params=params))
+    out: dict[str, tuple[int, ...]] = {p.prompt_id: () for p in PROMPTS}
+    while engine.has_work():
+        for chunk in engine.poll().finished:
+            out[chunk.request_id] = chunk.token_ids
+    return [out[p.prompt_id] for p in PROMPTS for _ in range(3)]
 
 
 def generator(model: str, urls: list[str] | None = None) -> dict[str, Any]:
@@ -72,6 +87,7 @@ def test_greedy_rollouts_over_seer_serve_equal_the_builtin_engine_for_every_poli
             urls = [s.url for s in servers]
             over_http = await rollouts(generator(model_path, urls), tmp_path / "s", POLICIES)
         assert over_http == builtin
+        assert builtin["baseline"] == greedy_reference(model_path, GREEDY)
         assert any(len(t) > 8 for t in builtin["baseline"])  # several chunks per sample
 
     anyio.run(main)
@@ -83,9 +99,9 @@ def test_a_weight_update_reaches_every_server_and_outputs_carry_the_new_version(
     new = LlamaModel.random(ModelOptions(**TINY_MODEL).config(), seed=4)
     new_path = tmp_path / "new.safetensors"
     save_model(new, new_path)
+    reference = greedy_reference(str(new_path), GREEDY)
 
     async def main() -> None:
-        reference = await rollouts(generator(str(new_path)), tmp_path / "b", ("divided",))
         async with seer_servers(model_path, 2, tmp_path) as servers:
             urls = [s.url for s in servers]
             config = rollout_config(
@@ -105,7 +121,7 @@ def test_a_weight_update_reaches_every_server_and_outputs_carry_the_new_version(
         )
         assert all(set(s.weight_versions) == {1} for g in after for s in g.samples)
         assert [info["weight_version"] for info in infos] == ["1", "1"]
-        assert [s.token_ids for g in after for s in g.samples] == reference["divided"]
+        assert [s.token_ids for g in after for s in g.samples] == reference
 
     anyio.run(main)
 
@@ -115,8 +131,9 @@ def test_a_server_killed_mid_rollout_loses_and_duplicates_no_sample(
 ) -> None:
     sampling = SamplingSpec(temperature=0.0, ignore_eos=True, max_new_tokens=40)
 
+    reference = greedy_reference(model_path, sampling)
+
     async def main() -> None:
-        reference = await rollouts(generator(model_path), tmp_path / "b", ("divided",), sampling)
         slow = ("--step-delay-ms", "20")  # rounds of chunks take long enough to kill one
         async with seer_servers(model_path, 2, tmp_path, slow) as servers:
             gen = generator(model_path, [s.url for s in servers])
@@ -147,7 +164,7 @@ def test_a_server_killed_mid_rollout_loses_and_duplicates_no_sample(
                 gen0 = await rollout._cluster().call("generator", 0, GetStats())
         assert killed.is_set(), "the rollout ended before the kill: nothing was tested"
         samples = [s.token_ids for g in result.groups for s in g.samples]
-        assert samples == reference["divided"]  # every sample, each token once
+        assert samples == reference  # every sample, each token once
         assert all(len(t) == 40 for t in samples)
         assert isinstance(stats, ActorStats) and stats.counters["generators_lost"] == 1
         assert isinstance(gen0, ActorStats) and gen0.counters["num_lost_chunks"] >= 1

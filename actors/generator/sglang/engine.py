@@ -128,8 +128,11 @@ class SGLangEngine:
 
             state = (await anyio.to_thread.run_sync(build_model, model)).state_dict()
             folder = self._dir() / f"gen{self.index}-initial"
+            eos = self.options.eos_token_id
             path = str(
-                await anyio.to_thread.run_sync(write_hf_folder, state, self.model_config, folder)
+                await anyio.to_thread.run_sync(
+                    write_hf_folder, state, self.model_config, folder, eos
+                )
             )
         port = o.base_port + self.index if o.base_port else free_port(o.host)
         self.url = f"http://{o.host}:{port}"
@@ -267,7 +270,7 @@ class SGLangEngine:
             folder = self._dir() / f"gen{self.index}-v{version}"
             state = dict(source)  # type: ignore[call-overload]
             written = await anyio.to_thread.run_sync(
-                write_hf_folder, state, self.model_config, folder
+                write_hf_folder, state, self.model_config, folder, self.options.eos_token_id
             )
             path = str(written)
         await self.client.update_weights_from_disk(path, version)

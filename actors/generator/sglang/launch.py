@@ -55,6 +55,10 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     async def start(self, timeout_s: float) -> None:
+        self.spawn()
+        await self.wait_healthy(timeout_s)
+
+    def spawn(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
@@ -64,6 +68,11 @@ class ServerProcess:
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
+
+    async def wait_healthy(self, timeout_s: float) -> None:
+        """Until `/health_generate` answers 200; `ServerLaunchError` when the server exits
+        or the time is up (then it is stopped)."""
+        assert self.proc is not None, "spawn() first"
         deadline = time.monotonic() + timeout_s
         async with httpx.AsyncClient(base_url=self.url, timeout=5.0) as http:
             while True:
