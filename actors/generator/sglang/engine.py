@@ -144,8 +144,8 @@ class SGLangEngine:
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
-        if self.server is not None:
-            self.server.stop()
+        if self.server is not None:  # SIGTERM, then SIGKILL after 10 s (off the event loop)
+            await anyio.to_thread.run_sync(self.server.stop)
         if self._own_dir and self._weights_dir is not None:
             shutil.rmtree(self._weights_dir, ignore_errors=True)
 
