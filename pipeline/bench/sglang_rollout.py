@@ -15,6 +15,7 @@ process, measured one at a time on idle engines before the rollouts.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 from pathlib import Path
@@ -67,17 +68,18 @@ async def run_backends(
     records: dict[str, dict[str, list[RolloutRecord]]] = {
         b: {p: [] for p in policies} for b in BACKENDS
     }
-    gens = generators(gen)
+    configs = {
+        # a loaded machine can take minutes to start processes that import torch
+        b: dataclasses.replace(
+            rollout_config(num_generators=2, chunk_size=chunk_size, generator=g),
+            ready_timeout_s=900.0,
+        )
+        for b, g in generators(gen).items()
+    }
     async with (
-        Rollout(
-            rollout_config(num_generators=2, chunk_size=chunk_size, generator=gens["torch"]),
-            mode=mode,
-        ) as torch_rollout,
-        Rollout(
-            rollout_config(num_generators=2, chunk_size=chunk_size, generator=gens["sglang"]),
-            mode=mode,
-        ) as sglang_rollout,
-    ):  # fmt: skip
+        Rollout(configs["torch"], mode=mode) as torch_rollout,
+        Rollout(configs["sglang"], mode=mode) as sglang_rollout,
+    ):
         rollouts = {"torch": torch_rollout, "sglang": sglang_rollout}
         warm = SamplingSpec(max_new_tokens=8, ignore_eos=True)
         for rollout in rollouts.values():
@@ -96,7 +98,6 @@ async def run_backends(
 
 async def per_chunk_cost(gen: dict[str, Any], num: int = 30) -> dict[str, float]:
     """Median seconds of one short chunk in-process and over HTTP (module docstring)."""
-    import dataclasses
     import statistics
     import time
 
