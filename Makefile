@@ -10,7 +10,8 @@ TORCH := torch==2.13.0
 # with its own /generate schema (sglang/api/v1/api_types.py). A cache, never committed.
 SGLANG_VERSION := 0.5.23
 SGLANG_WHEEL_DIR := .cache/sglang-wheel
-SGLANG_STAMP := $(SGLANG_WHEEL_DIR)/.downloaded-$(SGLANG_VERSION)
+# the wheel itself is the stamp: present = downloaded (pip writes it whole or not at all)
+SGLANG_STAMP := $(SGLANG_WHEEL_DIR)/sglang-$(SGLANG_VERSION)-cp311-cp311-manylinux_2_34_x86_64.whl
 
 .PHONY: setup test lint run bench clean
 
@@ -23,7 +24,7 @@ $(SGLANG_STAMP): | $(STAMP)
 		sglang==$(SGLANG_VERSION) -d $(SGLANG_WHEEL_DIR) \
 		|| { echo "make setup: could not download SGLang $(SGLANG_VERSION)'s wheel (PyPI" \
 			"unreachable?); the schema tests need it in $(SGLANG_WHEEL_DIR)" >&2; exit 1; }
-	touch $@
+	test -f $@
 
 $(STAMP): pyproject.toml setup.py actors/drafts/_suffix_tree.cpp
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)

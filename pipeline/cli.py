@@ -171,6 +171,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             num_threads=args.num_threads,
             eos_token_id=args.eos_token_id,
             step_delay_s=args.step_delay_ms / 1000,
+            api_key=args.api_key or "",
+            incremental_streaming_output=args.incremental_streaming_output,
         )
     )
     return 0
@@ -244,12 +246,12 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="the built-in engine behind SGLang's HTTP API (/generate, weights, loads, ...)",
         description="Serve the built-in engine with SGLang 0.5.23's HTTP API. --model: a "
-        "safetensors file saved by seer (warm start, checkpoint model.safetensors) or a "
-        "Hugging Face Llama/Qwen2 folder (e.g. a checkpoint's hf/). Without --model: the "
+        "safetensors file saved by seer (warm start, checkpoint model.safetensors), a "
+        "Hugging Face Llama/Qwen2 folder, or a checkpoint folder (its hf/). Without --model: the "
         "default task's cached warm start from runs/cache if `seer run` made one, else a "
         "FRESH RANDOM model of the default shape (it generates noise).",
     )
-    srv.add_argument("--model", help="safetensors file or HF folder (default: see above)")
+    srv.add_argument("--model", help="safetensors file, HF or checkpoint folder (see above)")
     srv.add_argument("--host", default="127.0.0.1")
     srv.add_argument("--port", type=int, default=30000, help="0 picks a free port")
     srv.add_argument("--max-batch", type=int, default=64, help="requests decoding at once")
@@ -258,6 +260,12 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--eos-token-id", type=int, help="default: the model's or the task's")
     srv.add_argument(
         "--step-delay-ms", type=float, default=0.0, help="sleep after each engine step (tests)"
+    )
+    srv.add_argument("--api-key", help="require Authorization: Bearer <key> (not on /health*)")
+    srv.add_argument(
+        "--incremental-streaming-output",
+        action="store_true",
+        help="stream frames carry only the new tokens (SGLang's flag; default cumulative)",
     )
     srv.set_defaults(fn=_cmd_serve)
     keys = sub.add_parser("keys", help="create a CURVE key pair for tcp deployments")

@@ -27,15 +27,13 @@ then lands under live requests and their ``weight_versions`` spans show it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import queue
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import count
-from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import anyio
@@ -45,84 +43,15 @@ import torch
 from actors.generator import ChunkRequest, ChunkResult, StepResult
 from actors.generator.builtin import TorchEngine
 from actors.model import load_weights_into, read_weights
-from pipeline.serve.protocol import GenerateSpec, Output
+from pipeline.serve.events import Delta, Done, Event, Submission, Version, push_all
+from pipeline.serve.paths import weights_path
+from pipeline.serve.prefix_index import PrefixIndex
+from pipeline.serve.protocol import GenerateSpec
 
 log = structlog.get_logger()
 T = TypeVar("T")
 PauseMode = Literal["abort", "retract", "in_place"]
 PAUSE_MODES: tuple[PauseMode, ...] = ("abort", "retract", "in_place")
-MAX_INDEXED_PREFIXES = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class Delta:
-    token_ids: tuple[int, ...]
-    logprobs: tuple[float, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Version:
-    version: str
-
-
-@dataclass(frozen=True, slots=True)
-class Done:
-    """The request ended: ``reason`` is ``stop`` / ``length`` / ``abort``."""
-
-    reason: str
-    matched: int | None = None
-    message: str = ""
-    is_queued: bool = False
-    num_cached_tokens: int = 0
-    num_retractions: int = 0
-
-
-Event = Delta | Version | Done
-
-
-@dataclass(slots=True, eq=False)
-class Submission:
-    """One request as the bridge tracks it. The engine thread writes ``out`` (tokens,
-    logprobs, version spans) until it pushes ``Done``; the handler reads it after. Only a
-    streaming request (``stream``) also gets ``Delta`` and ``Version`` events."""
-
-    spec: GenerateSpec
-    events: asyncio.Queue[tuple[Event, ...]]
-    loop: asyncio.AbstractEventLoop
-    stream: bool = False
-    wake: asyncio.Event = field(default_factory=asyncio.Event)  # leave the gate
-    out: Output = field(default_factory=Output)
-    engine_id: str = ""
-    num_cached_tokens: int = 0
-    num_retractions: int = 0
-    is_done: bool = False
-
-    @property
-    def generated(self) -> list[int]:
-        return self.out.token_ids
-
-    def push(self, *events: Event) -> None:
-        _push_all([(self, events)])
-
-
-def _push_all(batch: list[tuple[Submission, tuple[Event, ...]]]) -> None:
-    """Hand each submission its events: one wake-up of the event loop for the lot."""
-    kept = []
-    for sub, events in batch:
-        if any(isinstance(e, Done) for e in events):
-            sub.is_done = True
-        mine = events if sub.stream else tuple(e for e in events if isinstance(e, Done))
-        if mine:
-            kept.append((sub, mine))
-    if not kept:
-        return
-    with contextlib.suppress(RuntimeError):  # a closed loop: no one is listening
-        kept[0][0].loop.call_soon_threadsafe(_deliver_events, kept)
-
-
-def _deliver_events(batch: list[tuple[Submission, tuple[Event, ...]]]) -> None:
-    for sub, events in batch:
-        sub.events.put_nowait(events)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +89,7 @@ class EngineBridge:
         self._live: dict[str, Submission] = {}  # engine id -> submission in the engine
         self._retracted: list[Submission] = []
         self._gated: dict[int, Submission] = {}  # waiting at the gate (event-loop side)
-        self._prefixes: OrderedDict[tuple[int, ...], str] = OrderedDict()
-        self._parked_tokens = 0  # KV tokens the indexed prefixes hold (while not evicted)
+        self._prefixes = PrefixIndex()
         self._num_input_tokens = 0
         self._num_input_cache_hits = 0
         self._ids = count()
@@ -180,6 +108,8 @@ class EngineBridge:
         if self._thread.is_alive():
             try:
                 self._call_sync(self._abort_everything, "server shutting down")
+            except Exception:  # a step that never ends: stop anyway
+                log.exception("serve_stop_abort_failed")
             finally:
                 self._stop.set()
             self._thread.join(timeout=30)
@@ -254,18 +184,17 @@ class EngineBridge:
         the swap lands at once. ``(success, message)`` as SGLang reports them."""
         if abort_all:
             await self.abort("", abort_all=True)
-        if self.paused is not None:
-            done = await self._call(lambda: self._swap(path, version, flush_cache))
-            assert done is not None  # _swap waits only when asked to
-            return done
         self._holds += 1
         self._gate_event().clear()
         try:
-            while True:
-                await self._wait_idle(None)
-                result = await self._call(lambda: self._swap(path, version, flush_cache, True))
-                if result is not None:
-                    return result
+            while True:  # until paused (the swap lands under live requests) or idle
+                need_idle = self.paused is None
+                if not (need_idle and (self._live or self._retracted)):
+                    swap = functools.partial(self._swap, path, version, flush_cache, need_idle)
+                    result = await self._call(swap)
+                    if result is not None:
+                        return result
+                await asyncio.sleep(0.005)
         finally:
             self._holds -= 1
             if not self._holds and self.paused is None:
@@ -282,10 +211,7 @@ class EngineBridge:
 
     def _load_now(self) -> ServerLoad:
         load = self.engine.load()
-        indexed = len(self._prefixes)
-        # cached prefixes are evictable, not used (as in SGLang); the engine may have evicted
-        # some on its own, so their share is scaled by how many are still parked
-        cached = self._parked_tokens * min(load.num_parked, indexed) // indexed if indexed else 0
+        cached = self._prefixes.cached_tokens(load.num_parked)  # evictable, not used
         return ServerLoad(
             num_running=load.num_running,
             num_waiting=load.num_waiting + len(self._gated) + len(self._retracted),
@@ -395,7 +321,7 @@ class EngineBridge:
             sub.out.note_version(self.version)
             sub.push(Version(self.version), Done("length"))
             return
-        engine_id = self._take_prefix(spec.input_ids) or f"s{next(self._ids)}"
+        engine_id = self._prefixes.take(spec.input_ids) or f"s{next(self._ids)}"
         request = ChunkRequest(engine_id, spec.input_ids, spec.max_new_tokens, params=spec.params)
         self.engine.add(request)  # EngineError: refused before anything changed
         sub.engine_id = engine_id
@@ -413,7 +339,7 @@ class EngineBridge:
         for chunk in result.finished:
             sub = self._live[chunk.request_id]
             events.setdefault(chunk.request_id, []).append(self._finish(sub, chunk))
-        _push_all([(self._live[i], tuple(batch)) for i, batch in events.items()])
+        push_all([(self._live[i], tuple(batch)) for i, batch in events.items()])
         for chunk in result.finished:
             del self._live[chunk.request_id]
 
@@ -422,7 +348,9 @@ class EngineBridge:
         self._num_input_tokens += len(sub.spec.input_ids)
         self._num_input_cache_hits += chunk.num_cached_tokens
         if chunk.finish_reason == "chunk":  # its KV stays parked: index the sequence
-            self._index_prefix((*sub.spec.input_ids, *sub.generated), chunk.request_id)
+            tokens = (*sub.spec.input_ids, *sub.generated)
+            for engine_id in self._prefixes.put(tokens, chunk.request_id):
+                self.engine.release(engine_id)
         if chunk.finish_reason == "stop":
             return self._done(sub, "stop", matched=sub.generated[-1])
         if chunk.finish_reason in ("chunk", "length"):
@@ -436,27 +364,6 @@ class EngineBridge:
             num_retractions=sub.num_retractions,
             **kw,
         )
-
-    def _index_prefix(self, tokens: tuple[int, ...], engine_id: str) -> None:
-        old = self._prefixes.pop(tokens, None)
-        if old is not None:  # the same sequence again: keep the newest KV only
-            self._unindexed(tokens)
-            self.engine.release(old)
-        self._prefixes[tokens] = engine_id
-        self._parked_tokens += len(tokens) - 1
-        while len(self._prefixes) > MAX_INDEXED_PREFIXES:
-            key, oldest = self._prefixes.popitem(last=False)
-            self._unindexed(key)
-            self.engine.release(oldest)
-
-    def _take_prefix(self, tokens: tuple[int, ...]) -> str | None:
-        engine_id = self._prefixes.pop(tokens, None)
-        if engine_id is not None:
-            self._unindexed(tokens)
-        return engine_id
-
-    def _unindexed(self, tokens: tuple[int, ...]) -> None:
-        self._parked_tokens -= len(tokens) - 1
 
     def _abort_matching(self, match: Callable[[Submission], bool]) -> int:
         hits = [s for s in self._live.values() if match(s)]
@@ -518,10 +425,8 @@ class EngineBridge:
         self._drop_prefixes()
 
     def _drop_prefixes(self) -> None:
-        for engine_id in self._prefixes.values():
+        for engine_id in self._prefixes.clear():
             self.engine.release(engine_id)
-        self._prefixes.clear()
-        self._parked_tokens = 0
 
     def _swap(
         self, path: str, version: str | None, flush_cache: bool, need_idle: bool = False
@@ -530,7 +435,7 @@ class EngineBridge:
         if need_idle and live:
             return None  # a request slipped in: wait for it too
         try:
-            state = read_weights(Path(path))
+            state = read_weights(weights_path(path))
             self._load(state, busy=bool(self._live))
         except (OSError, ValueError, RuntimeError) as exc:
             return False, f"Failed to update weights: {type(exc).__name__}: {exc}"

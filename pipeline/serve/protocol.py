@@ -17,6 +17,7 @@ with ``finish_reason`` objects, ``output_token_logprobs`` 3-tuples, ``weight_ver
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -84,6 +85,7 @@ class GenerateSpec:
     return_logprob: bool = False
     return_text_in_logprobs: bool = False
     skip_special_tokens: bool = True
+    return_prompt_token_ids: bool = False
 
 
 @dataclass(slots=True)
@@ -129,8 +131,14 @@ def parse_generate(
     logprob = _per_request(body.get("return_logprob"), n, is_batch, "return_logprob")
     stream = _expect(body.get("stream", False) or False, bool, "stream")
     in_text = _expect(body.get("return_text_in_logprobs") or False, bool, "return_text_in_logprobs")
+    with_prompt = _expect(
+        body.get("return_prompt_token_ids", False), bool, "return_prompt_token_ids"
+    )
     specs = [
-        _one_spec(batch[i], rids[i], params[i], logprob[i], in_text, context_len, vocab_size)
+        dataclasses.replace(
+            _one_spec(batch[i], rids[i], params[i], logprob[i], in_text, context_len, vocab_size),
+            return_prompt_token_ids=with_prompt,
+        )
         for i in range(n)
     ]
     if len({s.rid for s in specs}) != len(specs):
@@ -315,10 +323,13 @@ def response_json(
     latency_s: float,
     tokenizer: ByteTokenizer | None,
     index: int | None = None,
+    since: int = 0,
 ) -> dict[str, Any]:
-    """One ``/generate`` response object (or a cumulative stream frame while
-    ``out.finish_reason`` is None)."""
+    """One ``/generate`` response object, or a stream frame while ``out.finish_reason`` is
+    None. ``since``: the tokens already streamed (SGLang's ``--incremental-streaming-output``
+    sends only the tokens after them, and slices the logprobs to match); 0 = cumulative."""
     n = len(out.token_ids)
+    new_ids, new_lps = out.token_ids[since:], out.logprobs[since:]
     meta: dict[str, Any] = {
         "id": spec.rid,
         "finish_reason": out.finish_reason,
@@ -333,19 +344,21 @@ def response_json(
         meta["prompt_tokens"] = len(spec.input_ids)
     if spec.return_logprob:
         texts: Sequence[str | None] = (
-            [_text(tokenizer, [t], False) for t in out.token_ids]
+            [_text(tokenizer, [t], False) for t in new_ids]
             if spec.return_text_in_logprobs
-            else [None] * n
+            else [None] * len(new_ids)
         )
         meta["output_token_logprobs"] = [
-            [lp, tok, txt] for lp, tok, txt in zip(out.logprobs, out.token_ids, texts, strict=True)
+            [lp, tok, txt] for lp, tok, txt in zip(new_lps, new_ids, texts, strict=True)
         ]
         meta["input_token_logprobs"] = []
     body: dict[str, Any] = {
-        "text": _text(tokenizer, out.token_ids, spec.skip_special_tokens),
-        "output_ids": list(out.token_ids),
+        "text": _text(tokenizer, new_ids, spec.skip_special_tokens),
+        "output_ids": list(new_ids),
         "meta_info": meta,
     }
+    if spec.return_prompt_token_ids:
+        body["prompt_token_ids"] = list(spec.input_ids)
     if index is not None:
         body["index"] = index
     return body

@@ -6,10 +6,11 @@ background thread, its own event loop) and returns a ``ServerHandle`` with ``.ur
 picks a free port; the handle (and the command's first line) says which.
 
 The model: ``model_path`` is a safetensors file saved by ``save_model`` (a warm start, a
-checkpoint's ``model.safetensors``) or a Hugging Face Llama/Qwen2 folder (``config.json`` +
-``*.safetensors``, e.g. a checkpoint's ``hf/``). Without one, the default task's model as
-``seer run`` builds it: its cached warm start when ``runs/cache`` holds one, otherwise a
-fresh random initialisation of that shape (seed 0), which generates noise.
+checkpoint's ``model.safetensors``), a Hugging Face Llama/Qwen2 folder (``config.json`` +
+``*.safetensors``) or a trainer checkpoint folder (its ``hf/`` is served). Without one, the
+default task's model as ``seer run`` builds it: its cached warm start when ``runs/cache``
+holds one, otherwise a fresh random initialisation of that shape (seed 0), which generates
+noise.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import structlog
 import uvicorn
@@ -29,7 +31,9 @@ from actors.generator.builtin import EngineConfig, TorchEngine
 from actors.model import LlamaModel, load_hf_folder, load_model
 from actors.model.weights import read_hf_config
 from pipeline.serve.app import ServerInfo, build_app
+from pipeline.serve.auth import BearerAuth
 from pipeline.serve.bridge import EngineBridge
+from pipeline.serve.paths import weights_path
 
 log = structlog.get_logger()
 
@@ -52,6 +56,8 @@ class ServeOptions:
     cache_dir: str = "runs/cache"
     log_level: str = "warning"
     step_delay_s: float = 0.0  # sleep after every engine step: slows the server on purpose
+    api_key: str = ""  # "" = open; else SGLang's --api-key (Authorization: Bearer <key>)
+    incremental_streaming_output: bool = False  # stream frames carry only new tokens
 
 
 @dataclass
@@ -122,7 +128,7 @@ def serve(options: ServeOptions) -> None:
 
 def load_serving_model(options: ServeOptions) -> tuple[LlamaModel, int | None, str]:
     """(model, eos token id, a description of where it came from)."""
-    path = options.model_path
+    path = str(weights_path(options.model_path)) if options.model_path else ""
     eos = options.eos_token_id
     if path and Path(path).is_dir():
         model = load_hf_folder(path)
@@ -187,14 +193,18 @@ def _build(options: ServeOptions, port: int) -> tuple[EngineBridge, ServerInfo]:
         eos_token_id=eos,
         kv_bytes_per_token=model.config.kv_bytes_per_token,
         weight_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
+        incremental_streaming_output=options.incremental_streaming_output,
     )
     log.info("serve_started", **json.loads(json.dumps(dataclasses.asdict(info))))
     return bridge, info
 
 
 def _uvicorn_config(bridge: EngineBridge, info: ServerInfo, opts: ServeOptions) -> uvicorn.Config:
+    app: Any = build_app(bridge, info)
+    if opts.api_key:
+        app = BearerAuth(app, opts.api_key)
     return uvicorn.Config(
-        build_app(bridge, info),
+        app,
         log_level=opts.log_level,
         access_log=False,
         lifespan="off",

@@ -20,6 +20,8 @@ import httpx
 import pytest
 
 from actors.model import load_model, save_hf_folder
+from actors.trainer import GRPOTrainer
+from actors.trainer.checkpoint import save_checkpoint
 from pipeline.serve import ServeOptions, ServerHandle, start_server
 from pipeline.serve.schema import SchemaError, validate, validate_generate_request
 from tests.pipeline.serve_util import (
@@ -188,6 +190,8 @@ def test_loads_report_sglang_fields(client: CheckedClient) -> None:
     memory = client.http.get("/v1/loads").json()["loads"][0]["memory"]  # default: all
     assert memory["token_capacity"] == rank["max_total_num_tokens"]
     assert client.http.get("/v1/loads", params={"include": "bogus"}).status_code == 400
+    for path in ("/abort_request", "/pause_generation", "/update_weights_from_disk"):
+        assert client.http.post(path, json=[1]).status_code == 400, path  # not an object
     for path in ("/health", "/health_generate", "/ready"):
         assert client.http.get(path).status_code == 200, path
     info = client.http.get("/server_info").json()
@@ -221,6 +225,10 @@ def _running(c: CheckedClient) -> int:
     return int(c.http.get("/v1/loads").json()["loads"][0]["num_running_reqs"])
 
 
+def _waiting(c: CheckedClient) -> int:
+    return int(c.http.get("/v1/loads").json()["loads"][0]["num_waiting_reqs"])
+
+
 def _long(prompt: list[int], max_new: int, rid: str) -> dict[str, Any]:
     body = greedy_body(prompt, max_new, rid)
     body["sampling_params"]["ignore_eos"] = True
@@ -229,12 +237,17 @@ def _long(prompt: list[int], max_new: int, rid: str) -> dict[str, Any]:
 
 def test_abort_by_rid_prefix_returns_partial_output(slow: ServerHandle) -> None:
     c = CheckedClient(slow.url)
+    c.http.post("/pause_generation", json={"mode": "in_place"})  # they start together
     jobs = {
         rid: _in_background(lambda rid=rid: c.generate(_long([257, 3], 200, rid)).json())
         for rid in ("g:0:0#", "g:1:0#", "h:0:0#")
     }
+    _wait_for(lambda: _waiting(c) == 3, "three requests at the gate")
+    c.http.post("/continue_generation", json={})
     _wait_for(lambda: _running(c) == 3, "three requests in one batch")
     assert c.http.get("/health_generate").status_code == 200  # a busy engine is healthy
+    again = c.http.post("/generate", json=_long([257, 3], 5, "g:0:0#"))
+    assert again.status_code == 400 and "Duplicate" in again.json()["error"]["message"]
     assert c.http.post("/abort_request", json={"rid": "g:"}).status_code == 200
     for rid in ("g:0:0#", "g:1:0#"):
         out = jobs[rid].result(timeout=30)
@@ -258,7 +271,7 @@ def test_pause_abort_blocks_new_requests_until_continue(slow: ServerHandle) -> N
     assert out["meta_info"]["finish_reason"]["type"] == "abort"
     assert 0 < len(out["output_ids"]) < 200
     blocked = _in_background(lambda: c.generate(_long([257, 4], 3, "p:1#")).json())
-    _wait_for(lambda: c.http.get("/v1/loads").json()["loads"][0]["num_waiting_reqs"] == 1, "gate")
+    _wait_for(lambda: _waiting(c) == 1, "gate")
     assert not blocked.done()  # /generate blocks while paused
     assert c.http.get("/ready").status_code == 503
     assert c.http.post("/continue_generation", json={}).status_code == 200
@@ -269,7 +282,7 @@ def test_pause_abort_blocks_new_requests_until_continue(slow: ServerHandle) -> N
 
 def test_pause_retract_requeues_and_finishes_after_continue(slow: ServerHandle) -> None:
     c = CheckedClient(slow.url)
-    job = _in_background(lambda: c.generate(_long([257, 5], 40, "r:0#")).json())
+    job = _in_background(lambda: c.generate(_long([257, 5], 120, "r:0#")).json())
     _wait_for(lambda: _running(c) == 1, "the request to run")
     assert c.http.post("/pause_generation", json={"mode": "retract"}).status_code == 200
     [rank] = c.http.get("/v1/loads").json()["loads"]
@@ -277,8 +290,8 @@ def test_pause_retract_requeues_and_finishes_after_continue(slow: ServerHandle) 
     assert not job.done()
     c.http.post("/continue_generation", json={})
     out = job.result(timeout=30)
-    assert out["meta_info"]["finish_reason"] == {"type": "length", "length": 40}
-    assert len(out["output_ids"]) == 40
+    assert out["meta_info"]["finish_reason"] == {"type": "length", "length": 120}
+    assert len(out["output_ids"]) == 120
     assert out["meta_info"]["num_retractions"] == 1
     c.close()
 
@@ -287,7 +300,7 @@ def test_queued_request_aborted_at_the_gate_has_sglangs_queued_shape(slow: Serve
     c = CheckedClient(slow.url)
     c.http.post("/pause_generation", json={"mode": "in_place"})
     job = _in_background(lambda: c.generate(_long([257, 6], 5, "q:0#")).json())
-    _wait_for(lambda: c.http.get("/v1/loads").json()["loads"][0]["num_waiting_reqs"] == 1, "gate")
+    _wait_for(lambda: _waiting(c) == 1, "gate")
     c.http.post("/abort_request", json={"rid": "q:0#"})
     out = job.result(timeout=30)
     assert out["output_ids"] == []
@@ -301,7 +314,7 @@ def test_in_place_weight_update_splits_weight_versions(
     slow: ServerHandle, other_weights: Path
 ) -> None:
     c = CheckedClient(slow.url)
-    job = _in_background(lambda: c.generate(_long([257, 8], 40, "w:0#")).json())
+    job = _in_background(lambda: c.generate(_long([257, 8], 120, "w:0#")).json())
     _wait_for(lambda: _running(c) == 1, "the request to run")
     c.http.post("/pause_generation", json={"mode": "in_place"})
     update = {"model_path": str(other_weights), "weight_version": "v2", "flush_cache": True}
@@ -315,14 +328,14 @@ def test_in_place_weight_update_splits_weight_versions(
     meta = job.result(timeout=30)["meta_info"]
     [old, new] = meta["weight_versions"]
     assert old["version"] == "default" and new["version"] == "v2"
-    assert old["start"] == 0 < old["end"] == new["start"] < new["end"] == 40
+    assert old["start"] == 0 < old["end"] == new["start"] < new["end"] == 120
     assert meta["weight_version"] == "v2"
     c.close()
 
 
 def test_flush_cache_is_refused_while_busy_and_waits_with_timeout(slow: ServerHandle) -> None:
     c = CheckedClient(slow.url)
-    job = _in_background(lambda: c.generate(_long([257, 9], 40, "f:0#")).json())
+    job = _in_background(lambda: c.generate(_long([257, 9], 120, "f:0#")).json())
     _wait_for(lambda: _running(c) == 1, "the request to run")
     assert c.http.post("/flush_cache").status_code == 400
     assert c.http.post("/flush_cache", params={"timeout": "0.01"}).status_code == 400
@@ -352,6 +365,11 @@ def test_update_weights_from_disk_changes_outputs_and_version(
         bad = c.http.post("/update_weights_from_disk", json={"model_path": str(tmp_path / "no")})
         assert bad.status_code == 400 and bad.json()["success"] is False
         assert c.generate(greedy_body(prompt, 8, "u:2#")).json()["output_ids"] == after
+        trainer = GRPOTrainer(load_model(model_path), lr=1e-3)  # the first weights again,
+        save_checkpoint(trainer, tmp_path / "ckpt", iteration=0)  # as a trainer checkpoint
+        update = {"model_path": str(tmp_path / "ckpt"), "weight_version": "v2"}
+        assert c.http.post("/update_weights_from_disk", json=update).json()["success"] is True
+        assert c.generate(greedy_body(prompt, 8, "u:3#")).json()["output_ids"] == before
         relabel = {"new_version": "v9", "abort_all_requests": False}
         assert c.http.post("/update_weight_version", json=relabel).json()["success"] is True
         assert c.http.get("/model_info").json()["weight_version"] == "v9"
@@ -401,4 +419,98 @@ def test_a_client_that_hangs_up_has_its_request_aborted(slow: ServerHandle, stre
     _wait_for(lambda: _running(c) == 0, "the abandoned request to end")
     generated = slow.bridge.engine.counters().num_generated_tokens
     assert generated < 250  # it did not run to its end
+    c.close()
+
+
+def test_api_key_guards_everything_but_health(model_path: Path) -> None:
+    options = ServeOptions(api_key="s3cret")
+    with start_server(str(model_path), "127.0.0.1", 0, options) as handle:
+        c = CheckedClient(handle.url)
+        body = greedy_body([257, 1], 2, "k:0#")
+        assert c.http.post("/generate", json=body).status_code == 401
+        wrong = {"Authorization": "Bearer nope"}
+        assert c.http.get("/model_info", headers=wrong).json() == {"error": "Unauthorized"}
+        assert c.http.get("/health_generate").status_code == 200
+        assert c.http.get("/ready").status_code == 200
+        good = {"Authorization": "Bearer s3cret"}
+        assert c.http.post("/generate", json=body, headers=good).status_code == 200
+        c.close()
+
+
+def test_a_batch_streams_frames_tagged_by_index(client: CheckedClient, model_path: Path) -> None:
+    expected = engine_greedy(model_path, PROMPTS[:2], 5)
+    body = greedy_body(PROMPTS[0], 5, "x")
+    body.update(input_ids=PROMPTS[:2], rid=["sb0", "sb1"])
+    frames = client.stream(body)
+    for index in (0, 1):
+        mine = [f for f in frames if f["index"] == index]
+        assert mine[-1]["output_ids"] == expected[index]
+        assert [f["meta_info"]["finish_reason"] is None for f in mine].count(False) == 1
+
+
+def test_an_unpaused_weight_update_waits_for_running_requests(
+    slow: ServerHandle, other_weights: Path
+) -> None:
+    """SGLang's model-update lock: requests in flight finish on the old weights first."""
+    c = CheckedClient(slow.url)
+    job = _in_background(lambda: c.generate(_long([257, 12], 30, "lock:0#")).json())
+    _wait_for(lambda: _running(c) == 1, "the request to run")
+    update = {"model_path": str(other_weights), "weight_version": "v7"}
+    assert c.http.post("/update_weights_from_disk", json=update).json()["success"] is True
+    out = job.result(timeout=30)
+    assert out["meta_info"]["finish_reason"] == {"type": "length", "length": 30}
+    assert out["meta_info"]["weight_versions"] == [{"version": "default", "start": 0, "end": 30}]
+    after = c.generate(_long([257, 12], 2, "lock:1#")).json()
+    assert after["meta_info"]["weight_version"] == "v7"
+    c.close()
+
+
+def test_incremental_streaming_sends_only_new_tokens(model_path: Path) -> None:
+    [tokens] = engine_greedy(model_path, [PROMPTS[3]], 9)
+    options = ServeOptions(incremental_streaming_output=True)
+    with start_server(str(model_path), "127.0.0.1", 0, options) as handle:
+        c = CheckedClient(handle.url)
+        assert c.http.get("/server_info").json()["incremental_streaming_output"] is True
+        frames = c.stream(greedy_body(PROMPTS[3], 9, "inc:0#", return_prompt_token_ids=True))
+        c.close()
+    assert [t for f in frames for t in f["output_ids"]] == tokens
+    logprobs = [e for f in frames for e in f["meta_info"]["output_token_logprobs"]]
+    assert [e[1] for e in logprobs] == tokens
+    assert frames[-1]["meta_info"]["completion_tokens"] == len(tokens)
+    assert frames[0]["prompt_token_ids"] == PROMPTS[3]
+
+
+def test_without_a_model_it_serves_seer_runs_cached_warm_start(tmp_path: Path) -> None:
+    from pipeline.rl_config import RunConfig, generator_options
+    from pipeline.serve.server import load_serving_model
+    from pipeline.tasks import get_task
+    from pipeline.tasks.warmstart import warm_start_path
+
+    options = ServeOptions(cache_dir=str(tmp_path))
+    random_model, eos, source = load_serving_model(options)
+    assert source == "" and eos == 258  # no warm start cached: a random model of that shape
+    cfg = RunConfig(cache_dir=str(tmp_path))
+    task = get_task(cfg.task)
+    shape = generator_options(cfg, task, "").model.config()
+    assert random_model.config == shape
+    cached = warm_start_path(task, shape, cache_dir=tmp_path, steps=cfg.warm_start_steps)
+    save_tiny(tmp_path / "other.safetensors", seed=9)
+    (tmp_path / "other.safetensors").rename(cached)
+    model, _, source = load_serving_model(options)
+    assert source == str(cached) and model.config.hidden == 64  # the file's, not the shape's
+
+
+def test_a_pause_releases_a_weight_update_waiting_for_idle(
+    slow: ServerHandle, other_weights: Path
+) -> None:
+    c = CheckedClient(slow.url)
+    job = _in_background(lambda: c.generate(_long([257, 13], 120, "pw:0#")).json())
+    _wait_for(lambda: _running(c) == 1, "the request to run")
+    update = {"model_path": str(other_weights), "weight_version": "v3", "flush_cache": False}
+    waiting = _in_background(lambda: c.http.post("/update_weights_from_disk", json=update))
+    c.http.post("/pause_generation", json={"mode": "in_place"})
+    assert waiting.result(timeout=30).json()["success"] is True  # landed under the request
+    c.http.post("/continue_generation", json={})
+    versions = [s["version"] for s in job.result(timeout=60)["meta_info"]["weight_versions"]]
+    assert versions in (["default", "v3"], ["v3"])  # "v3" alone if it landed before token 1
     c.close()
