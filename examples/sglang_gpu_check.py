@@ -94,15 +94,14 @@ async def protocol_checks(url: str, context_len: int) -> dict[str, Any]:
     from actors.generator.sglang.engine import SGLangEngine
     from actors.generator.sglang.options import SGLangOptions
 
+    hook = schema_hook()
     engine = SGLangEngine(
         GeneratorOptions(
             backend="sglang", sglang=SGLangOptions(urls=(url,), context_len=context_len)
-        )
+        ),
+        event_hooks={"request": [hook]} if hook is not None else None,
     )
     await engine.start()
-    hook = schema_hook()
-    if hook is not None:
-        engine.client.http.event_hooks["request"].append(hook)
     greedy = SamplingParams(temperature=0.0, ignore_eos=True)
     prompt = tuple(range(100, 116))
     out: dict[str, Any] = {"context_len": engine.context_len, "schema_checked": hook is not None}

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from actors.generator import GeneratorOptions
+from actors.generator.sglang import SGLangOptions
 
 SEER_SERVE_COMMAND = (
     "{python}", "-m", "pipeline.cli", "serve", "--model", "{model}",
@@ -37,3 +39,16 @@ def use_backend(
         sglang = dataclasses.replace(sglang, command=args)
     chosen = backend or ("sglang" if urls or command else options.backend)
     return dataclasses.replace(options, backend=chosen, sglang=sglang)
+
+
+def server_start_s(generator: Mapping[str, Any]) -> float:
+    """How long the launcher should wait for generators that launch their own SGLang
+    server (its start timeout plus a minute), or 0 when they do not."""
+    if generator.get("backend") != "sglang":
+        return 0.0
+    sglang = generator.get("sglang", {})
+    if isinstance(sglang, SGLangOptions):
+        sglang = dataclasses.asdict(sglang)
+    if sglang.get("urls"):
+        return 0.0
+    return float(sglang.get("start_timeout_s", SGLangOptions.start_timeout_s)) + 60.0

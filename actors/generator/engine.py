@@ -3,8 +3,9 @@
 A Generator actor drives one ``Engine``, chunk by chunk: it ``add``s chunk requests, calls
 ``poll`` in a loop (in a worker thread) and forwards each call's ``StepDelta``s (new
 tokens) and finished ``ChunkResult``s; it reads ``load`` and ``counters`` for the
-scheduler, and swaps weights with ``update_weights`` between iterations. That is all an
-out-of-process backend (an HTTP server) needs to implement.
+scheduler, and swaps weights with ``update_weights`` between iterations. A backend behind
+a network API implements ``RemoteEngine`` instead (one awaited call per chunk, many in
+flight; ``actors.generator.sglang``).
 
 An engine that verifies client drafts in its own decode steps also implements
 ``SpeculativeEngine``: the actor then calls ``step(drafts)`` with drafts for the requests

@@ -7,15 +7,19 @@ SGLang's HTTP API) and driving it over HTTP. Both topologies are up together and
 rollouts interleave (torch then sglang for each policy, each repeat), so machine drift
 hits both. The JSON holds `{"backend": {"torch": {...}, "sglang": {...}}}`, each shaped as
 `seer bench rollout`'s (`policies`, `ratios`, `costs`), plus `sglang_over_torch`, the
-throughput ratio per policy: the cost of the HTTP path.
+throughput ratio per policy: the cost of the HTTP path. `per_chunk` adds its absolute
+cost: the median time of one short chunk (8 greedy tokens after a 16-token prompt) through
+the SGLang backend and a `seer serve` process, next to the same chunk in an engine in this
+process, measured one at a time on idle engines before the rollouts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 from rich.console import Console
@@ -52,6 +56,7 @@ async def run_backends(
     console: Console,
     repeats: int,
     policies: tuple[str, ...] = POLICIES,
+    mode: Literal["local", "inprocess"] = "local",
 ) -> dict[str, dict[str, list[RolloutRecord]]]:
     prompts = [
         PromptSpec(prompt_id=p.prompt_id, token_ids=p.token_ids, forced_lens=p.target_lens)
@@ -63,13 +68,18 @@ async def run_backends(
     records: dict[str, dict[str, list[RolloutRecord]]] = {
         b: {p: [] for p in policies} for b in BACKENDS
     }
-    gens = generators(gen)
+    configs = {
+        # a loaded machine can take minutes to start processes that import torch
+        b: dataclasses.replace(
+            rollout_config(num_generators=2, chunk_size=chunk_size, generator=g),
+            ready_timeout_s=900.0,
+        )
+        for b, g in generators(gen).items()
+    }
     async with (
-        Rollout(rollout_config(num_generators=2, chunk_size=chunk_size, generator=gens["torch"]))
-        as torch_rollout,
-        Rollout(rollout_config(num_generators=2, chunk_size=chunk_size, generator=gens["sglang"]))
-        as sglang_rollout,
-    ):  # fmt: skip
+        Rollout(configs["torch"], mode=mode) as torch_rollout,
+        Rollout(configs["sglang"], mode=mode) as sglang_rollout,
+    ):
         rollouts = {"torch": torch_rollout, "sglang": sglang_rollout}
         warm = SamplingSpec(max_new_tokens=8, ignore_eos=True)
         for rollout in rollouts.values():
@@ -84,6 +94,41 @@ async def run_backends(
                     records[backend][name].append(result.record)
                     console.print(f"{backend} {name} #{r + 1}: {result.record.makespan_s:.2f} s")
     return records
+
+
+async def per_chunk_cost(gen: dict[str, Any], num: int = 30) -> dict[str, float]:
+    """Median seconds of one short chunk in-process and over HTTP (module docstring)."""
+    import statistics
+    import time
+
+    from actors.generator import ChunkRequest, GeneratorOptions, SamplingParams
+    from actors.generator.builtin import build_torch_engine
+    from actors.generator.sglang.engine import SGLangEngine
+    from pipeline.config import build_options
+
+    opts = build_options(GeneratorOptions, generators(gen)["sglang"], "generator")
+    greedy = SamplingParams(temperature=0.0, ignore_eos=True)
+    prompt = tuple(range(16))
+    local = build_torch_engine(dataclasses.replace(opts, backend="builtin"))
+    in_process = []
+    for i in range(num):
+        start = time.perf_counter()
+        local.add(ChunkRequest(f"l{i}", prompt, 8, params=greedy))
+        while local.has_work():
+            local.step()
+        in_process.append(time.perf_counter() - start)
+    remote = SGLangEngine(opts)
+    await remote.start()
+    try:
+        over_http = []
+        for i in range(num):
+            start = time.perf_counter()
+            await remote.generate(ChunkRequest(f"h{i}", prompt, 8, params=greedy))
+            over_http.append(time.perf_counter() - start)
+    finally:
+        await remote.aclose()
+    a, b = statistics.median(in_process), statistics.median(over_http)
+    return {"in_process_s": a, "over_http_s": b, "http_overhead_s": b - a}
 
 
 def _table(out: dict[str, Any]) -> Table:
@@ -115,7 +160,11 @@ def run(
     quick: bool = False,
     chunk_size: int = 128,
     repeats: int | None = None,
+    per_chunk_samples: int = 30,
+    mode: Literal["local", "inprocess"] = "local",
 ) -> dict[str, Any]:
+    """`mode` "inprocess" runs the actors in this process (tests); the servers stay
+    processes."""
     console = Console(width=140)
     repeats = repeats or (1 if quick else 3)
     workload = (
@@ -130,7 +179,13 @@ def run(
     )
     gen = bench_generator(quick)
     costs = measure_costs(workload, gen)
-    records = anyio.run(run_backends, workload, gen, chunk_size, console, repeats)
+    chunk = anyio.run(per_chunk_cost, gen, per_chunk_samples)
+    console.print(
+        f"one 8-token chunk: {chunk['in_process_s'] * 1e3:.1f} ms in process, "
+        f"{chunk['over_http_s'] * 1e3:.1f} ms over HTTP (seer serve), "
+        f"{chunk['http_overhead_s'] * 1e3:+.1f} ms"
+    )
+    records = anyio.run(run_backends, workload, gen, chunk_size, console, repeats, POLICIES, mode)
     backends = {b: summarize(records[b], costs) for b in BACKENDS}
     out: dict[str, Any] = {
         "backend": backends,
@@ -139,6 +194,7 @@ def run(
             / backends["torch"]["policies"][p]["throughput_tok_s"]
             for p in backends["torch"]["policies"]
         },
+        "per_chunk": chunk,
         "workload": shape,
         "generator": gen,
         "sglang_command": serve_command(gen),

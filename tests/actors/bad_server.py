@@ -1,7 +1,8 @@
 """A tiny misbehaving SGLang server (Starlette under uvicorn, in a thread) for fault tests.
 
 The control routes answer as SGLang 0.5.23 does; `/generate` answers according to `mode`:
-"ok" (a one-token greedy answer), "400" (the contract gate's error), "503", "garbage"
+"ok" (a one-token greedy answer), "spec" (three tokens ending in a stop, with SGLang's
+`spec_*` statistics of a speculating server), "400" (the contract gate's error), "503", "garbage"
 (200 with a body that is not JSON), "shape" (JSON that is not a response), "hang"
 (never answers). `health_mode` "ok", "503" or "hang" does the same for
 `/health_generate`. Every `/generate` body is recorded.
@@ -76,6 +77,8 @@ class BadServer:
             return JSONResponse({"text": "x", "meta_info": {"finish_reason": "stop"}})
         if mode == "hang":
             await anyio.sleep(3600)
+        if mode == "spec":
+            return JSONResponse(self._spec_answer(body))
         token = (body["input_ids"][-1] + 1) % 7
         meta = {
             "id": body["rid"],
@@ -87,6 +90,23 @@ class BadServer:
             "weight_version": self.version,
         }
         return JSONResponse({"text": "", "output_ids": [token], "meta_info": meta})
+
+    def _spec_answer(self, body: dict[str, Any]) -> dict[str, Any]:
+        stop = body["sampling_params"]["stop_token_ids"][0]
+        tokens = [1, 2, stop]
+        meta = {
+            "id": body["rid"],
+            "finish_reason": {"type": "stop", "matched": stop},
+            "prompt_tokens": len(body["input_ids"]),
+            "completion_tokens": 3,
+            "output_token_logprobs": [[-0.1, t, None] for t in tokens],
+            "weight_version": self.version,
+            "spec_verify_ct": 2,
+            "spec_accept_length": 1.5,
+            "spec_num_proposed_drafts": 4,
+            "spec_num_correct_drafts": 1,
+        }
+        return {"text": "", "output_ids": tokens, "meta_info": meta}
 
     async def health(self, request: Request) -> Response:
         if self.health_mode == "hang":

@@ -5,6 +5,9 @@ then serves again); garbage fails the chunk. Every call is bounded: nothing hang
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import anyio
 import pytest
 
@@ -145,3 +148,30 @@ def test_a_failing_health_check_while_chunks_wait_loses_them() -> None:
             await engine.aclose()
 
     anyio.run(main)
+
+
+def test_a_speculating_servers_statistics_reach_the_rollout_metrics(tmp_path: Path) -> None:
+    """SGLang's `spec_*` meta fields of each chunk become the rollout's speculation metrics
+    (the backend itself drafts nothing)."""
+    from pipeline.rollout.api import Rollout, rollout_config
+    from transport.messages import SamplingSpec
+
+    async def main() -> dict[str, Any]:
+        with BadServer("spec") as server:
+            gen = {
+                "backend": "sglang",
+                "eos_token_id": 6,
+                "spec": {"mode": "off"},
+                "sglang": {"urls": [server.url]},
+            }
+            config = rollout_config(num_generators=1, generator=gen, run_dir=str(tmp_path))
+            async with Rollout(config, mode="inprocess") as rollout:
+                result = await rollout.generate_with_record(
+                    [(1, 2)], 2, SamplingSpec(max_new_tokens=8)
+                )
+        assert [s.token_ids for s in result.groups[0].samples] == [(1, 2, 6)] * 2
+        return result.metrics()
+
+    metrics = anyio.run(main)
+    assert metrics["num_spec_steps"] == 4 and metrics["mean_accept_len"] == 1.5
+    assert metrics["accept_rate"] == 0.25

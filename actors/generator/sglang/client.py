@@ -9,6 +9,7 @@ raises `ServerError` with the server's message; a 2xx body that is not JSON rais
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
@@ -28,6 +29,7 @@ class SGLangClient:
         request_timeout_s: float = 600.0,
         connect_timeout_s: float = 5.0,
         max_connections: int = 512,
+        event_hooks: Mapping[str, list[Callable[..., Any]]] | None = None,
     ) -> None:
         self.url = url
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -38,6 +40,7 @@ class SGLangClient:
             limits=httpx.Limits(
                 max_connections=max_connections, max_keepalive_connections=max_connections
             ),
+            event_hooks=dict(event_hooks or {}),
         )
 
     async def aclose(self) -> None:

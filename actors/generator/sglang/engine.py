@@ -24,7 +24,9 @@ import dataclasses
 import itertools
 import shutil
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import anyio
 import structlog
@@ -49,8 +51,16 @@ log = structlog.get_logger()
 
 
 class SGLangEngine:
-    def __init__(self, options: GeneratorOptions, index: int = 0) -> None:
+    def __init__(
+        self,
+        options: GeneratorOptions,
+        index: int = 0,
+        *,
+        event_hooks: Mapping[str, list[Callable[..., Any]]] | None = None,
+    ) -> None:
+        """`event_hooks`: httpx's, to observe every request and response (tests, tools)."""
         self.options = options
+        self.event_hooks = event_hooks
         self.opts = options.sglang
         self.index = index
         self.url = self.opts.server_url(index)
@@ -99,6 +109,7 @@ class SGLangEngine:
             request_timeout_s=o.request_timeout_s,
             connect_timeout_s=o.connect_timeout_s,
             max_connections=o.max_connections,
+            event_hooks=self.event_hooks,
         )
         info = await self.client.server_info(timeout=30.0)
         ctx = info.get("context_length")
@@ -117,8 +128,11 @@ class SGLangEngine:
 
             state = (await anyio.to_thread.run_sync(build_model, model)).state_dict()
             folder = self._dir() / f"gen{self.index}-initial"
+            eos = self.options.eos_token_id
             path = str(
-                await anyio.to_thread.run_sync(write_hf_folder, state, self.model_config, folder)
+                await anyio.to_thread.run_sync(
+                    write_hf_folder, state, self.model_config, folder, eos
+                )
             )
         port = o.base_port + self.index if o.base_port else free_port(o.host)
         self.url = f"http://{o.host}:{port}"
@@ -130,8 +144,8 @@ class SGLangEngine:
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
-        if self.server is not None:
-            self.server.stop()
+        if self.server is not None:  # SIGTERM, then SIGKILL after 10 s (off the event loop)
+            await anyio.to_thread.run_sync(self.server.stop)
         if self._own_dir and self._weights_dir is not None:
             shutil.rmtree(self._weights_dir, ignore_errors=True)
 
@@ -256,7 +270,7 @@ class SGLangEngine:
             folder = self._dir() / f"gen{self.index}-v{version}"
             state = dict(source)  # type: ignore[call-overload]
             written = await anyio.to_thread.run_sync(
-                write_hf_folder, state, self.model_config, folder
+                write_hf_folder, state, self.model_config, folder, self.options.eos_token_id
             )
             path = str(written)
         await self.client.update_weights_from_disk(path, version)

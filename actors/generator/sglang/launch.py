@@ -33,6 +33,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when the process that launched it dies (Linux), so a generator
+    killed without its clean-up leaves no server behind."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def fill_command(template: tuple[str, ...], *, model: str, host: str, port: int) -> list[str]:
     values = {"python": sys.executable, "model": model, "host": host, "port": str(port)}
     return [arg.format(**values) for arg in template]
@@ -46,11 +55,24 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     async def start(self, timeout_s: float) -> None:
+        self.spawn()
+        await self.wait_healthy(timeout_s)
+
+    def spawn(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                self.args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                self.args,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
+
+    async def wait_healthy(self, timeout_s: float) -> None:
+        """Until `/health_generate` answers 200; `ServerLaunchError` when the server exits
+        or the time is up (then it is stopped)."""
+        assert self.proc is not None, "spawn() first"
         deadline = time.monotonic() + timeout_s
         async with httpx.AsyncClient(base_url=self.url, timeout=5.0) as http:
             while True:

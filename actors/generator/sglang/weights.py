@@ -20,14 +20,20 @@ from actors.model.weights import hf_config, load_model_config, to_hf_config
 
 
 def write_hf_folder(
-    state: Mapping[str, torch.Tensor], config: ModelConfig, folder: str | Path
+    state: Mapping[str, torch.Tensor],
+    config: ModelConfig,
+    folder: str | Path,
+    eos_token_id: int | None = None,
 ) -> Path:
-    """`folder` as an HF Llama checkpoint of `state` (written to a temporary name first, so
-    a reader never sees half a folder)."""
+    """`folder` as an HF Llama checkpoint of `state` (the layout of
+    `actors.model.save_hf_folder`, from a state dict rather than a model; written under a
+    temporary name first, so a reader never sees half a folder)."""
     root = Path(folder)
     tmp = root.with_name(root.name + ".tmp")
     tmp.mkdir(parents=True, exist_ok=True)
     hf = {**to_hf_config(config), "architectures": ["LlamaForCausalLM"], "torch_dtype": "float32"}
+    if eos_token_id is not None:
+        hf["eos_token_id"] = eos_token_id
     (tmp / "config.json").write_text(json.dumps(hf, indent=2))
     tensors = {
         (name if name == "lm_head.weight" else f"model.{name}"): t.detach().contiguous()
