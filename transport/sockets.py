@@ -199,7 +199,11 @@ class ReplySocket(_Socket):
     async def recv(self) -> Incoming:
         frames = await self._recv_frames()
         if len(frames) < 3:
-            raise ProtocolError(f"request with {len(frames)} frames; expected at least 3")
+            error = ProtocolError(f"request with {len(frames)} frames; expected at least 3")
+            if len(frames) == 2 and _as_bytes(frames[1]) != _ONE_WAY:  # a call: answer it
+                reply = ErrorReply(kind="ProtocolError", detail=str(error))
+                await self._send_reply(frames[0], _as_bytes(frames[1]), reply)
+            raise error
         peer, corr = frames[0], _as_bytes(frames[1])
         try:
             msg = decode(frames[2:], self.options.limits)
