@@ -132,6 +132,8 @@ async def test_weights_reach_live_generators_and_a_returning_one_before_work(
         assert gen1 is not None
         with anyio.fail_after(120):
             await rollout.generate(_prompts(8), 2, SAMPLING)
+            done = (await _counters(cluster, "generator", 1))["num_chunks"]
+            assert done > 0
             os.kill(gen1.pid, signal.SIGSTOP)  # frozen: the scheduler declares it lost
             try:
                 await rollout.generate(_prompts(8), 2, SAMPLING)
@@ -140,8 +142,8 @@ async def test_weights_reach_live_generators_and_a_returning_one_before_work(
                 os.kill(gen1.pid, signal.SIGCONT)
             # it answers again but holds version 0: it gets no work until it has version 1
             await rollout.generate(_prompts(8), 2, SAMPLING)
-            assert (await _counters(cluster, "generator", 1))["num_chunks"] == 16
+            assert (await _counters(cluster, "generator", 1))["num_chunks"] == done
             await rollout.update_weights(state, version=2)  # it is live again: it takes them
             groups = await rollout.generate(_prompts(32), 2, SAMPLING)
             assert {v for g in groups for s in g.samples for v in s.weight_versions} == {2}
-            assert (await _counters(cluster, "generator", 1))["num_chunks"] > 16
+            assert (await _counters(cluster, "generator", 1))["num_chunks"] > done
