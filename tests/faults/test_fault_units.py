@@ -15,7 +15,7 @@ import pytest
 
 from actors.drafts.client import DraftClient
 from actors.drafts.store import DraftStore
-from actors.generator import ChunkRequest, SamplingParams
+from actors.generator import ChunkRequest, Draft, SamplingParams
 from actors.model import LlamaModel
 from actors.trainer import GRPOTrainer, TrainSample
 from actors.trainer.core import SamplingTransform
@@ -71,6 +71,28 @@ def test_first_importance_ratio_is_one_under_the_rollouts_transform() -> None:
     assert ratio == pytest.approx(1.0, abs=1e-5)
     # the old behaviour (temperature 1, no top-p) is measurably off: the check can fail
     assert abs(_first_ratio(samples, None) - 1.0) > 1e-3
+
+
+def test_perfect_drafts_are_all_accepted_at_temperature_one() -> None:
+    """Verification at T=1 couples the draft with the coin plain decoding would use: a
+    draft of exactly what plain sampling emits is always accepted (so a sampled rollout
+    that accepts nothing has drafts that disagree with the policy, not a broken verifier)."""
+    model = tiny_model(seed=1)
+    reqs = [
+        ChunkRequest(f"r{i}", (1, 2, 3), 24, params=SamplingParams(temperature=1.0, seed=i))
+        for i in range(3)
+    ]
+    truth = {rid: r.token_ids for rid, r in drive(make_engine(model), reqs).results.items()}
+
+    def perfect(rid: str, context: list[int]) -> Draft | None:
+        done = len(context) - 3
+        return Draft.chain(truth[rid][done : done + 4]) if done < len(truth[rid]) else None
+
+    run = drive(make_engine(model), reqs, perfect)
+    assert {rid: r.token_ids for rid, r in run.results.items()} == truth
+    drafted = sum(r.num_draft_tokens for r in run.results.values())
+    assert drafted > 0
+    assert sum(r.num_accepted_tokens for r in run.results.values()) == drafted
 
 
 # --- the draft client recovers lost appends and a restarted store ---------------------------

@@ -35,10 +35,11 @@ def draw_cases(role: str, n: int, per_example: int = 20) -> list[FuzzCase]:
     random source that shapes the frame, whether it is a call, and now and then raw bytes
     instead (`per_example` cases per hypothesis example keeps the drawing cheap)."""
     out: list[FuzzCase] = []
+    raw = st.lists(st.binary(max_size=64), min_size=1, max_size=3)
     case = st.tuples(
-        st.sampled_from(KINDS),
+        st.integers(0, len(KINDS) - 1),  # an offset: kinds cycle, so each gets its share
         st.integers(0, 2**32 - 1),
-        st.one_of(st.none(), st.none(), st.lists(st.binary(max_size=64), min_size=1, max_size=3)),
+        st.one_of(*(st.none(),) * 7, raw),  # about 1 in 8: raw bytes instead
         st.booleans(),
     )
 
@@ -50,11 +51,12 @@ def draw_cases(role: str, n: int, per_example: int = 20) -> list[FuzzCase]:
         suppress_health_check=list(HealthCheck),
     )
     @given(st.lists(case, min_size=per_example, max_size=per_example))
-    def collect(drawn: list[tuple[str, int, list[bytes] | None, bool]]) -> None:
-        for kind, seed, raw, is_call in drawn:
-            if raw is not None and raw[0][:1] not in (b"\x93", b"\xdc", b"\xdd"):
-                out.append(FuzzCase("raw_bytes", tuple(raw), is_call))  # not a msgpack array
+    def collect(drawn: list[tuple[int, int, list[bytes] | None, bool]]) -> None:
+        for offset, seed, frames, is_call in drawn:
+            if frames is not None and frames[0][:1] not in (b"\x93", b"\xdc", b"\xdd"):
+                out.append(FuzzCase("raw_bytes", tuple(frames), is_call))  # not an array
             else:
+                kind = KINDS[(len(out) + offset) % len(KINDS)]
                 made = make_case(kind, random.Random(seed), role)
                 out.append(FuzzCase(made.kind, made.frames, is_call))
 
