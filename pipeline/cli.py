@@ -13,6 +13,7 @@ BENCHES = {
     "rollout": "pipeline.bench.rollout",
     "drafts": "pipeline.bench.drafts",
     "scheduler": "pipeline.bench.scheduler",
+    "faults": "pipeline.bench.faults",
 }
 
 
@@ -143,6 +144,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         )
     elif args.name == "scheduler":
         module.run(args.json, quick=args.quick, repeats=args.repeats, profile=args.profile)
+    elif args.name == "faults":
+        faults = tuple(args.faults.split(",")) if args.faults else None
+        module.run(args.json, quick=args.quick, faults=faults)
     elif args.name == "drafts":
         module.run(args.json, quick=args.quick, repeats=args.repeats, model=args.model)
     else:
@@ -198,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--model", help="drafts: a saved model to roll out (default: warm start)")
     bench.add_argument("--profile", help="scheduler: write a cProfile of the scheduler here")
+    bench.add_argument("--faults", help="faults: comma-separated subset (default: all)")
     bench.set_defaults(fn=_cmd_bench)
     keys = sub.add_parser("keys", help="create a CURVE key pair for tcp deployments")
     keys.add_argument("directory")

@@ -91,6 +91,25 @@ class SchedulerActor(Actor):
     async def handle_weights_published(self, msg: WeightsPublished) -> None:
         self.weight_version = msg.version
 
+    async def handle_peer_lost(self, msg: PeerLost) -> None:
+        """A launcher saw a generator die (Ray's liveness): the path of a generator that
+        stops answering, without waiting for the health check."""
+        if msg.role != "generator" or not 0 <= msg.index < self.num_generators:
+            return
+        if msg.index in self.down:
+            return
+        self.down.add(msg.index)
+        run = self.current
+        if run is None:
+            return
+        now = time.time() - run.book.start
+        ids = run.core.requeue_instance(msg.index, now, mark_down=True)
+        self.log.error("generator_lost", instance=msg.index, error=msg.reason, requeued=len(ids))
+        if len(self.down) == self.num_generators:
+            await self._abandon(run, "every generator stopped answering")
+            return
+        await self._send_chunks()
+
     async def handle_requests_added(self, msg: RequestsAdded) -> None:
         if self.current is not None:
             reason = f"rollout {self.current.rollout_id} still running"
@@ -278,32 +297,13 @@ class SchedulerActor(Actor):
                 try:
                     await self._load(i, timeout=self.opts.health_timeout_s)
                 except TransportError as exc:
+                    self.down.add(i)
                     if self.current is not run:
-                        self.down.add(i)
                         break
-                    if not await self._lose_generator(i, str(exc)):
+                    now = time.time() - run.book.start
+                    ids = run.core.requeue_instance(i, now, mark_down=True)
+                    self.log.error("generator_lost", instance=i, error=str(exc), requeued=len(ids))
+                    if len(self.down) == self.num_generators:
+                        await self._abandon(run, "every generator stopped answering")
                         break
-
-    async def handle_peer_lost(self, msg: PeerLost) -> None:
-        """The launcher saw a generator die (e.g. Ray's liveness): the same path as a
-        generator that stops answering, without waiting for the health check."""
-        if msg.role == "generator" and 0 <= msg.index < self.num_generators:
-            await self._lose_generator(msg.index, msg.reason or "reported lost by the launcher")
-
-    async def _lose_generator(self, i: int, reason: str) -> bool:
-        """Mark generator `i` down and re-queue its chunks from their last committed
-        progress; False when that left no generator and the rollout was abandoned."""
-        if i in self.down:
-            return True
-        self.down.add(i)
-        run = self.current
-        if run is None:
-            return True
-        now = time.time() - run.book.start
-        ids = run.core.requeue_instance(i, now, mark_down=True)
-        self.log.error("generator_lost", instance=i, error=reason, requeued=len(ids))
-        if len(self.down) == self.num_generators:
-            await self._abandon(run, "every generator stopped answering")
-            return False
-        await self._send_chunks()
-        return True
+                    await self._send_chunks()
