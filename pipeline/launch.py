@@ -122,6 +122,7 @@ class Cluster:
                 return
             if isinstance(msg, ActorReady):
                 status.ready, status.pid = True, msg.pid
+                status.last_heartbeat = time.monotonic()
             elif isinstance(msg, Heartbeat):
                 status.last_heartbeat = time.monotonic()
                 status.num_handled, status.num_failed = msg.num_handled, msg.num_failed
@@ -134,6 +135,24 @@ class Cluster:
         with anyio.move_on_after(timeout):
             while until is None or not until():
                 self.note_control(await self.control.recv())
+
+    async def poll_control(self) -> None:
+        """Read the control messages already queued (readiness, heartbeats, stops)."""
+        await self.drain_control(timeout=0.02)
+
+    def trouble(self, role: str, index: int, silent_after_s: float) -> str:
+        """Why actor `role`/`index` looks dead ("" when it looks alive): its process exited,
+        it sent no heartbeat for `silent_after_s`, or it stopped."""
+        status = self.status[(role, index)]
+        code = status.process.poll() if status.process is not None else None
+        if code is not None:
+            return f"{role}-{index} exited with code {code}"
+        if status.stopped:
+            return f"{role}-{index} stopped"
+        silence = time.monotonic() - status.last_heartbeat
+        if status.last_heartbeat and silence > silent_after_s:
+            return f"{role}-{index} sent no heartbeat for {silence:.1f} s"
+        return ""
 
     def not_ready(self) -> list[str]:
         return [f"{r}-{i}" for (r, i), s in self.status.items() if not s.ready]

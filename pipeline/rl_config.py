@@ -55,6 +55,12 @@ class RunConfig:
                 raise ValueError(f"RunConfig.{name} must be >= 1")
         if self.warm_start_steps < 0:
             raise ValueError("RunConfig.warm_start_steps must be >= 0 (0: no warm start)")
+        if self.policy == "oracle":  # it would silently be "fewest generated first"
+            raise ValueError(
+                "RunConfig.policy 'oracle' needs true output lengths, which an RL run does "
+                "not have (only `seer bench rollout` forces lengths); use context_aware, "
+                "divided or baseline"
+            )
 
 
 def generator_options(cfg: RunConfig, task: Task, model_path: str) -> GeneratorOptions:

@@ -62,14 +62,20 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 policy=cfg.policy,
             )
             rollout_s = time.perf_counter() - start
-            samples, rewards = score(task, prompts, result.groups)
+            scored, rewards = score(task, prompts, result.groups)
             if curriculum is not None:
                 per_prompt = np.asarray(rewards).reshape(len(prompts), cfg.group_size)
                 curriculum.update(prompts, per_prompt.mean(axis=1).tolist())
+            samples, num_errors = trainable(scored, result.groups)
             start = time.perf_counter()
             report = await rollout.call_actor(
                 "trainer",
-                TrainStep(iteration=it, samples=samples, expected_version=rollout.weight_version),
+                TrainStep(
+                    iteration=it,
+                    samples=samples,
+                    expected_version=rollout.weight_version,
+                    sampling=sampling(cfg, it, task),
+                ),
             )
             assert isinstance(report, TrainReport)
             rollout.weight_version = report.version
@@ -86,6 +92,7 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 "accept_rate": metrics["accept_rate"],
                 "output_tokens": metrics["output_tokens"],
                 "weight_version": report.version,
+                "num_error_samples": num_errors,
                 "policy": cfg.policy or "context_aware",
                 **{f"train_{k}": v for k, v in report.stats.items()},
             }
@@ -167,6 +174,17 @@ def sampling(cfg: RunConfig, iteration: int, task: Task) -> SamplingSpec:
         max_new_tokens=cfg.max_new_tokens,
         stop_token_ids=(task.eos_token_id,),
     )
+
+
+def trainable(
+    samples: tuple[TrainSampleSpec, ...], groups: list[Group]
+) -> tuple[tuple[TrainSampleSpec, ...], int]:
+    """The samples to train on (in `score`'s order): a sample that ended in "error" (the
+    engine refused it, or the scheduler refused its result) is not a draw from the policy,
+    so it is dropped from the batch; returns the kept samples and how many were dropped."""
+    finished = [s.finish_reason for g in groups for s in g.samples]
+    kept = tuple(s for s, why in zip(samples, finished, strict=True) if why != "error")
+    return kept, len(samples) - len(kept)
 
 
 def score(

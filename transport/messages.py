@@ -451,9 +451,25 @@ class WeightsBucket(Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WeightsPublished(Message):
-    """Driver -> scheduler: the weight version every new chunk must be generated with."""
+    """Driver -> scheduler: the weight version every new chunk must be generated with;
+    `missed`: generators that did not take it (unreachable): they get no work until a
+    later publication reaches them."""
 
     version: int
+    missed: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GetLiveGenerators(Message):
+    """Publisher -> scheduler (call): which generators to publish weights to. The scheduler
+    probes the ones it declared lost (a generator that answers again is included)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LiveGenerators(Message):
+    """Scheduler -> publisher: the generators that answer (possibly none)."""
+
+    instances: tuple[int, ...]
 
 
 # --- drafts: generators <-> draft-tree store (Seer's DGDS) ----------------------------
@@ -487,11 +503,25 @@ class GroupCursor(Struct):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SeqLength(Struct):
+    """How many response tokens of sequence `seq` of a group someone holds."""
+
+    group_id: str
+    seq: str
+    length: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SyncDrafts(Message):
     """Generator -> draft store (call): the groups it drafts for, and how far it has
-    replayed each one's log (0 = nothing yet)."""
+    replayed each one's log (0 = nothing yet) in the store it last heard from
+    (`store_id`; another store, e.g. a restarted one, serves its log from the start);
+    `own`: the sequences this generator writes and how many tokens it has sent of each
+    (the store answers with how many it holds, so lost appends are re-sent)."""
 
     groups: tuple[GroupCursor, ...]
+    store_id: str = ""
+    own: tuple[SeqLength, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -514,6 +544,8 @@ class DraftDeltas(Message):
     deltas: tuple[SeqDelta, ...]
     versions: tuple[GroupCursor, ...] = ()
     closed: tuple[str, ...] = ()
+    store_id: str = ""
+    lengths: tuple[SeqLength, ...] = ()  # the store's length of each of the caller's `own`
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -546,6 +578,8 @@ class TrainStep(Message):
     iteration: int
     samples: tuple[TrainSampleSpec, ...]
     expected_version: int
+    # the distribution the samples were drawn from: new logprobs use the same transform
+    sampling: SamplingSpec = SamplingSpec()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -597,6 +631,8 @@ REGISTRY: Final[dict[int, type[Message]]] = {
     41: LoadReport,
     42: WeightsBucket,
     43: WeightsPublished,
+    44: GetLiveGenerators,
+    45: LiveGenerators,
     50: TrainStep,
     51: TrainReport,
     52: SaveCheckpoint,

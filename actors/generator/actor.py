@@ -35,6 +35,7 @@ from actors.generator.errors import EngineError
 from actors.generator.options import GeneratorOptions
 from actors.generator.speculator import Speculator
 from actors.generator.wire import chunk_finished, chunk_request, load_info
+from transport.errors import TransportError
 from transport.messages import (
     Ack,
     ChunkAssigned,
@@ -210,4 +211,7 @@ class GeneratorActor(Actor):
             load=self.load_info(),
             spec=spec,
         )
-        await self.send_to("scheduler", 0, done)
+        try:
+            await self.send_to("scheduler", 0, done)
+        except TransportError as exc:  # no scheduler, no rollout: keep serving regardless
+            self.log.error("chunk_result_undeliverable", request=chunk.request_id, error=str(exc))

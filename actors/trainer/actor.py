@@ -20,7 +20,7 @@ import torch
 from actors.base import Actor, ActorContext, Handler
 from actors.model import build_model
 from actors.trainer.checkpoint import load_checkpoint, save_checkpoint
-from actors.trainer.core import GRPOTrainer
+from actors.trainer.core import GRPOTrainer, SamplingTransform
 from actors.trainer.options import TrainerOptions
 from actors.trainer.publish import publish_weights
 from actors.trainer.wire import train_sample
@@ -70,8 +70,10 @@ class TrainerActor(Actor):
     async def handle_train_step(self, msg: TrainStep) -> TrainReport:
         trainer = self._core()
         samples = [train_sample(s) for s in msg.samples]
+        sp = msg.sampling
+        transform = SamplingTransform(sp.temperature, sp.top_k, sp.top_p)
         stats = await anyio.to_thread.run_sync(
-            lambda: trainer.step(samples, expected_version=msg.expected_version)
+            lambda: trainer.step(samples, expected_version=msg.expected_version, sampling=transform)
         )
         start = time.perf_counter()
         await self._publish(trainer)

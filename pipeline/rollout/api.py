@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import anyio
 import torch
 
 from actors.drafts.options import SpecConfig
@@ -48,6 +49,11 @@ from transport.messages import (
 
 class RolloutError(RuntimeError):
     """The rollout actors could not complete a rollout."""
+
+
+class SchedulerLost(RolloutError):
+    """The scheduler died, went silent (no heartbeat) or failed handling a message while a
+    rollout was running: the rollout cannot finish, and the driver stops waiting for it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,12 +138,14 @@ class Rollout:
         bucket_bytes: int = 16 << 20,
         timeout_s: float = 3600.0,
         launcher_options: Mapping[str, Any] | None = None,
+        scheduler_silence_s: float = 10.0,
     ) -> None:
         self.config = config
         self.mode = mode
         self.launcher_options = dict(launcher_options or {})
         self.bucket_bytes = bucket_bytes
         self.timeout_s = timeout_s
+        self.scheduler_silence_s = scheduler_silence_s
         self.weight_version = 0
         self.cluster: Cluster | None = None
         self._ids = itertools.count()
@@ -193,14 +201,36 @@ class Rollout:
             sampling=sampling or SamplingSpec(),
             policy=policy,
         )
+        await cluster.poll_control()
+        failed_before = cluster.status[("scheduler", 0)].num_failed
         await cluster.call("splitter", 0, batch, timeout=30)
+        msg = await self._await_result(cluster, rollout_id, failed_before)
+        return RolloutResult(self._groups(specs, msg.samples), msg.record)
+
+    async def _await_result(
+        self, cluster: Cluster, rollout_id: str, failed_before: int
+    ) -> RolloutFinished:
+        """The rollout's result, watching the scheduler meanwhile: `SchedulerLost` within
+        seconds when it dies, goes silent or fails on a message (it would never answer)."""
+        deadline = anyio.current_time() + self.timeout_s
         while True:
-            msg = await cluster.recv(timeout=self.timeout_s)
+            try:
+                msg = await cluster.recv(timeout=0.5)
+            except TimeoutError:
+                if anyio.current_time() > deadline:
+                    raise
+                await cluster.poll_control()
+                trouble = cluster.trouble("scheduler", 0, self.scheduler_silence_s)
+                failed = cluster.status[("scheduler", 0)].num_failed
+                if not trouble and failed > failed_before:
+                    trouble = f"scheduler-0 failed handling {failed - failed_before} message(s)"
+                if trouble:
+                    raise SchedulerLost(f"rollout {rollout_id} abandoned: {trouble}") from None
+                continue
             if isinstance(msg, RolloutFailed) and msg.rollout_id == rollout_id:
                 raise RolloutError(msg.reason)
             if isinstance(msg, RolloutFinished) and msg.rollout_id == rollout_id:
-                break
-        return RolloutResult(self._groups(specs, msg.samples), msg.record)
+                return msg
 
     def _groups(self, specs: Sequence[PromptSpec], samples: Sequence[SampleResult]) -> list[Group]:
         """Samples by prompt; a sample with any chunk not of the published version (or one

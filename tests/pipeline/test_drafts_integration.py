@@ -14,7 +14,7 @@ from actors.drafts.options import SpecConfig
 from actors.generator import ChunkRequest, SamplingParams
 from actors.generator.builtin import EngineConfig, TorchEngine
 from actors.generator.speculator import Speculator
-from actors.model import LlamaModel, ModelOptions
+from actors.model import LlamaModel, ModelOptions, save_model
 from pipeline.rollout.api import Rollout, rollout_config
 from tests.pipeline.tiny import TINY_GENERATOR
 from transport.messages import ActorStats, GetStats, PromptSpec, SamplingSpec
@@ -32,29 +32,47 @@ VARIANTS = {
 
 
 async def _samples(
-    tmp_path: Path, variant: dict[str, Any], sampling: SamplingSpec
+    tmp_path: Path, variant: dict[str, Any], sampling: SamplingSpec, model_path: str = ""
 ) -> tuple[list[tuple[int, ...]], dict[str, Any]]:
-    config = rollout_config(
-        num_generators=2, chunk_size=16, generator={**TINY, **variant}, run_dir=str(tmp_path)
-    )
+    gen = {**TINY, **variant}
+    if model_path:
+        gen["model"] = {**TINY["model"], "path": model_path}
+    config = rollout_config(num_generators=2, chunk_size=16, generator=gen, run_dir=str(tmp_path))
     async with Rollout(config, mode="local") as rollout:
         result = await rollout.generate_with_record(PROMPTS, 4, sampling)
     return [s.token_ids for g in result.groups for s in g.samples], result.metrics()
 
 
+def peaked_model(folder: Path) -> str:
+    """A random model of the tiny shape with larger weights: its next-token distribution at
+    T=1 is peaked (entropy about 0.4 nats, like a trained policy's) where the default random
+    model's is nearly uniform over 259 tokens (entropy 5.54 of ln 259 = 5.56). Sampled
+    siblings of the uniform one share no text, so no draft could be accepted at T=1 (the
+    engine accepts every perfect draft at T=1: tests/actors/test_engine_drafts.py)."""
+    path = folder / "peaked.safetensors"
+    config = ModelOptions(**TINY["model"]).config()
+    save_model(LlamaModel.random(config, seed=0, std=0.5), path)
+    return str(path)
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 async def test_speculation_never_changes_a_sample(tmp_path: Path, temperature: float) -> None:
     sampling = SamplingSpec(temperature=temperature, seed=11, ignore_eos=True, max_new_tokens=60)
+    model_path = peaked_model(tmp_path) if temperature > 0 else ""
     results = {
-        name: await _samples(tmp_path, variant, sampling) for name, variant in VARIANTS.items()
+        name: await _samples(tmp_path, variant, sampling, model_path)
+        for name, variant in VARIANTS.items()
     }
     reference, off = results["off"]
     assert off["num_draft_tokens"] == 0 and off["mean_accept_len"] == 1.0
     for name in ("self", "group_fixed", "group"):
         samples, metrics = results[name]
         assert samples == reference, name
-        if temperature == 0.0:  # greedy text of a random model repeats: drafts must land
+        # repeated text: drafts must land (the adaptive budget may find drafting does not
+        # pay at T=1 and offer none, which is its job, not a defect)
+        if name != "group" or temperature == 0.0:
             assert metrics["num_accepted_tokens"] > 0, name
+        if temperature == 0.0:
             assert metrics["mean_accept_len"] > (1.0 if name == "group" else 1.2), name
 
 
