@@ -291,14 +291,16 @@ def measure(
 
 
 def fuzz_summary(frames_per_actor: int) -> dict[str, Any]:
+    """`pipeline.bench.fuzz.fuzz_actors`: malformed frames at every actor kind's inbox."""
     if frames_per_actor == 0:
         return {"frames": None, "actor_crashes": None, "note": "not run (0 frames asked)"}
     try:
-        from pipeline.bench.fuzz import fuzz_actors  # type: ignore[attr-defined, unused-ignore]
+        from pipeline.bench.fuzz import fuzz_actors
     except ImportError:
         return {"frames": None, "actor_crashes": None, "note": "not run: no fuzz_actors here"}
     out: dict[str, Any] = fuzz_actors(frames_per_actor)
-    return {"frames": out["frames"], "actor_crashes": out["actor_crashes"]}
+    keys = ("frames", "actor_crashes", "error_replies", "missing_replies", "outputs_match")
+    return {k: out.get(k) for k in keys}
 
 
 def run(

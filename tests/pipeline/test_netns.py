@@ -152,6 +152,7 @@ def _config(net: Subnet, folder: Path) -> PipelineConfig:
         ),
         heartbeat_s=0.5,
         stop_timeout_s=3.0,
+        ready_timeout_s=240.0,  # a loaded machine starts torch processes slowly
     )
 
 
