@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -170,8 +171,9 @@ class SeerRun:
         lines = [ln for ln in self.log.read_text(errors="replace").splitlines() if ln.strip()]
         for line in reversed(lines):
             head = line.split(":", 1)[0].strip()
-            if head and " " not in head and (head.endswith(("Error", "Gone", "Timeout"))):
-                return head.rsplit(".", 1)[-1]
+            name = head.rsplit(".", 1)[-1]
+            if re.fullmatch(r"[\w.]+", head) and name[:1].isupper() and ":" in line:
+                return name
         return lines[-1][:120] if lines else ""
 
     def kill(self) -> None:
