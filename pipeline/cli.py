@@ -14,6 +14,7 @@ BENCHES = {
     "drafts": "pipeline.bench.drafts",
     "scheduler": "pipeline.bench.scheduler",
     "serve": "pipeline.bench.serve",
+    "faults": "pipeline.bench.faults",
 }
 
 
@@ -166,6 +167,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         module.run(args.json, quick=args.quick, repeats=args.repeats, profile=args.profile)
     elif args.name == "serve":
         module.run(args.json, quick=args.quick, repeats=args.repeats)
+    elif args.name == "faults":
+        faults = tuple(args.faults.split(",")) if args.faults else None
+        module.run(args.json, quick=args.quick, faults=faults)
     elif args.name == "drafts":
         module.run(args.json, quick=args.quick, repeats=args.repeats, model=args.model)
     else:
@@ -260,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="rollout: sglang = the four policies over seer serve (HTTP) beside the builtin",
     )
     bench.add_argument("--profile", help="scheduler: write a cProfile of the scheduler here")
+    bench.add_argument("--faults", help="faults: comma-separated subset (default: all)")
     bench.set_defaults(fn=_cmd_bench)
     srv = sub.add_parser(
         "serve",

@@ -47,6 +47,7 @@ class RunConfig:
     eval_samples: int = 4
     eval_every: int = 20
     mode: Literal["local", "inprocess", "ray"] = "local"
+    ready_timeout_s: float = 60.0  # how long the actors may take to start (a loaded machine)
 
     def __post_init__(self) -> None:
         for name in ("iterations", "prompts_per_iteration", "group_size", "max_new_tokens"):
@@ -112,4 +113,5 @@ def rl_topology(cfg: RunConfig, model_path: str, task: Task | None = None) -> Pi
             "seed": cfg.seed,
         },
     )
-    return dataclasses.replace(base, topology=Topology(actors=(*base.topology.actors, trainer)))
+    topology = Topology(actors=(*base.topology.actors, trainer))
+    return dataclasses.replace(base, topology=topology, ready_timeout_s=cfg.ready_timeout_s)

@@ -92,8 +92,8 @@ class SchedulerActor(Actor):
             ChunkFinished: self.handle_chunk_finished,
             EstimateUpdated: self.handle_estimate_updated,
             WeightsPublished: self.handle_weights_published,
-            GetLiveGenerators: self.handle_get_live_generators,
             PeerLost: self.handle_peer_lost,
+            GetLiveGenerators: self.handle_get_live_generators,
         }
 
     def counters(self) -> dict[str, float]:
@@ -130,6 +130,16 @@ class SchedulerActor(Actor):
             live.append(i)
         return LiveGenerators(instances=tuple(live))
 
+    async def handle_peer_lost(self, msg: PeerLost) -> None:
+        """A launcher saw a generator die (Ray's liveness): the path of a generator that
+        stops answering, without waiting for the health check."""
+        i = msg.index
+        if msg.role != "generator" or not 0 <= i < self.num_generators or i in self.down:
+            return
+        self.down.add(i)
+        if self.current is not None:
+            await self._lose(self.current, i, msg.reason or "reported lost by the launcher")
+
     async def handle_requests_added(self, msg: RequestsAdded) -> None:
         if self.current is not None:
             reason = f"rollout {self.current.rollout_id} still running"
@@ -160,7 +170,6 @@ class SchedulerActor(Actor):
             max_new_tokens=limit,
             true_lengths=true_lengths if name == "oracle" else None,
             starvation_s=self.opts.starvation_s,
-            starvation_every=self.opts.starvation_every,
         )
         core = SchedulerCore(
             policy,
@@ -392,26 +401,9 @@ class SchedulerActor(Actor):
                 try:
                     await self._load(i, timeout=self.opts.health_timeout_s)
                 except TransportError as exc:
+                    self.down.add(i)
                     if self.current is not run:
-                        self.down.add(i)
                         break
-                    if not await self._lose_generator(i, str(exc)):
+                    await self._lose(run, i, str(exc))
+                    if self.current is not run:
                         break
-
-    async def handle_peer_lost(self, msg: PeerLost) -> None:
-        """The launcher saw a generator die (e.g. Ray's liveness): the same path as a
-        generator that stops answering, without waiting for the health check."""
-        if msg.role == "generator" and 0 <= msg.index < self.num_generators:
-            await self._lose_generator(msg.index, msg.reason or "reported lost by the launcher")
-
-    async def _lose_generator(self, i: int, reason: str) -> bool:
-        """Mark generator `i` down and re-queue its chunks from their last committed
-        progress; False when that left no generator and the rollout was abandoned."""
-        if i in self.down:
-            return True
-        self.down.add(i)
-        run = self.current
-        if run is None:
-            return True
-        await self._lose(run, i, reason)
-        return self.current is run

@@ -50,7 +50,8 @@ def _config(folder: Path, **scheduler: Any) -> PipelineConfig:
         scheduler=scheduler,
     )
     transport = dataclasses.replace(config.transport, curve_keys=str(keys))
-    return dataclasses.replace(config, transport=transport, heartbeat_s=0.5)
+    # generous start-up: six people share two cores here; CI has them to itself
+    return dataclasses.replace(config, transport=transport, heartbeat_s=0.5, ready_timeout_s=240)
 
 
 def _samples(groups: list[Group]) -> list[tuple[str, tuple[int, ...]]]:
@@ -93,12 +94,13 @@ def ray_session() -> Iterator[Any]:
     ray.shutdown()
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(600)
 async def test_ray_gives_the_local_samples_and_its_liveness_requeues_a_dead_generator(
     tmp_path: Path, reference: dict[str, list[Group]], ray_session: Any
 ) -> None:
-    # the scheduler's own health check is off (once a minute): only Ray's liveness signal
-    # (the killed host's run reference ending) can tell it that generator 1 is gone
+    # the scheduler's periodic health check is off (once a minute): Ray's liveness signal
+    # (the killed host's run reference ending -> PeerLost) tells it that generator 1 is
+    # gone, or at most a chunk it fails to send there; never a health probe
     config = _config(tmp_path, health_interval_s=60.0)
     async with Rollout(config, mode="ray", timeout_s=120) as rollout:
         cluster = rollout._cluster()
@@ -128,7 +130,7 @@ async def test_ray_gives_the_local_samples_and_its_liveness_requeues_a_dead_gene
     assert any(c.instance == 1 for c in result.record.chunks)  # it had work when killed
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(400)
 async def test_static_registry_gives_the_local_samples(
     tmp_path: Path, reference: dict[str, list[Group]]
 ) -> None:
@@ -150,7 +152,7 @@ async def test_static_registry_gives_the_local_samples(
         names = ["driver", "control", "splitter", "estimator", "scheduler", "generator"]
         expected = [f"{n}-0" for n in names] + ["generator-1"]
         assert sorted(FileRegistry(registry, config.run_id).entries()) == sorted(expected)
-        assert [p.wait(20) for p in procs] == [0] * len(procs)  # Stop ends every actor
+        assert [p.wait(90) for p in procs] == [0] * len(procs)  # Stop ends every actor
     finally:
         for p in procs:
             p.kill()
