@@ -49,6 +49,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             ("iterations", args.iterations),
             ("resume", args.resume),
             ("warm_start_steps", args.warm_start_steps),
+            ("trainer_ranks", args.trainer_ranks),
         )
         if v is not None
     }
@@ -161,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--warm-start-steps", type=int, help="supervised warm start optimiser steps (0: none)"
     )
     run.add_argument("--resume", help="a checkpoint folder of an earlier run")
+    run.add_argument(
+        "--trainer-ranks", type=int, help="data-parallel trainer ranks (torch.distributed)"
+    )
     run.add_argument("--out", help="run folder (default: runs/run-<time>)")
     run.set_defaults(fn=_cmd_run)
     roll = sub.add_parser("rollout", help="one benchmark rollout: Seer scheduler vs baseline")

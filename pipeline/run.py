@@ -12,13 +12,13 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.ranks import load_on_every_rank, train_across_ranks
 from pipeline.rl_config import RunConfig, rl_topology, warm_model
 from pipeline.rollout import Rollout
 from pipeline.rollout.api import Group
 from pipeline.tasks import Task, TaskPrompt, get_task
 from pipeline.tasks.curriculum import Curriculum
 from transport.messages import (
-    LoadCheckpoint,
     PromptSpec,
     SamplingSpec,
     SaveCheckpoint,
@@ -40,8 +40,7 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
     async with Rollout(rl_topology(cfg, model_path), mode=cfg.mode) as rollout:
         first = 0
         if cfg.resume:  # the trainer restores weights, optimiser, RNG and publishes them
-            report = await rollout.call_actor("trainer", LoadCheckpoint(path=cfg.resume))
-            assert isinstance(report, TrainReport)
+            report = await load_on_every_rank(rollout, cfg.trainer_ranks, cfg.resume)
             rollout.weight_version, first = report.version, report.iteration + 1
         curriculum = make_curriculum(cfg, task, Path(cfg.resume) if cfg.resume else None)
         held_out = task.sample_prompts(cfg.eval_prompts, np.random.default_rng([cfg.seed, 10**9]))
@@ -67,11 +66,18 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 per_prompt = np.asarray(rewards).reshape(len(prompts), cfg.group_size)
                 curriculum.update(prompts, per_prompt.mean(axis=1).tolist())
             start = time.perf_counter()
-            report = await rollout.call_actor(
-                "trainer",
-                TrainStep(iteration=it, samples=samples, expected_version=rollout.weight_version),
-            )
-            assert isinstance(report, TrainReport)
+            if cfg.trainer_ranks > 1:  # each sample straight to its rank, then one DDP step
+                report = await train_across_ranks(
+                    rollout, cfg.trainer_ranks, cfg.group_size, iteration=it, task=task,
+                    prompts=prompts, groups=result.groups, sampling=sampling(cfg, it, task),
+                )  # fmt: skip
+            else:
+                step = TrainStep(
+                    iteration=it, samples=samples, expected_version=rollout.weight_version
+                )
+                reply = await rollout.call_actor("trainer", step)
+                assert isinstance(reply, TrainReport)
+                report = reply
             rollout.weight_version = report.version
             metrics = result.metrics()
             row = {

@@ -167,6 +167,10 @@ class RankedGRPOTrainer(GRPOTrainer):
         keep = [i for i, s in enumerate(share) if not (skip and s > 0)]
         return batch, torch.tensor(keep, dtype=torch.long), sum(share) if skip else 0.0
 
+    def agree(self, is_ok: bool) -> bool:
+        """Whether every rank is ok (a collective: every rank must call it)."""
+        return float(all_reduce_min(torch.tensor([1.0 if is_ok else 0.0]))) == 1.0
+
     def _agree_on_policy(self, samples: Sequence[TrainSample], expected_version: int) -> None:
         error: OffPolicyError | None = None
         try:

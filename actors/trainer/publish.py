@@ -38,6 +38,7 @@ async def publish_weights(
     num_generators: int,
     bucket_bytes: int = 16 << 20,
     timeout_s: float = 300.0,
+    notify_scheduler: bool = True,
 ) -> None:
     parts = list(buckets(state, bucket_bytes))
     for index in range(num_generators):
@@ -46,4 +47,5 @@ async def publish_weights(
                 version=version, bucket=b, tensors=tensors, is_last=b == len(parts) - 1
             )
             await mailbox.call("generator", index, msg, timeout_s)
-    await mailbox.call("scheduler", 0, WeightsPublished(version=version), timeout_s)
+    if notify_scheduler:  # a topology without a scheduler (trainer ranks alone) skips it
+        await mailbox.call("scheduler", 0, WeightsPublished(version=version), timeout_s)
