@@ -13,6 +13,7 @@ BENCHES = {
     "rollout": "pipeline.bench.rollout",
     "drafts": "pipeline.bench.drafts",
     "scheduler": "pipeline.bench.scheduler",
+    "dispatch": "pipeline.bench.dispatch",
 }
 
 
