@@ -48,6 +48,7 @@ class RunConfig:
     eval_every: int = 20
     mode: Literal["local", "inprocess"] = "local"
     trainer_ranks: int = 1  # > 1: data-parallel ranks fed by the dispatcher (mode "local")
+    layout_profile: str = ""  # a `seer bench layouts` JSON: switch generator layouts by context
 
     def __post_init__(self) -> None:
         for name in ("iterations", "prompts_per_iteration", "group_size", "max_new_tokens"):
