@@ -14,6 +14,7 @@ BENCHES = {
     "drafts": "pipeline.bench.drafts",
     "scheduler": "pipeline.bench.scheduler",
     "dispatch": "pipeline.bench.dispatch",
+    "layouts": "pipeline.bench.layouts",
 }
 
 
