@@ -2,14 +2,15 @@
 
 A generator layout here is (instances, intra-op threads per instance) with the same total
 cores: on 2 cores, 2 x 1 (two generators of one thread) and 1 x 2 (one generator whose
-matmuls two threads split, the CPU analogue of tensor parallelism). Profile: for each layout,
-one rollout per context bucket -- 16 requests (2 prompts x 8) of `ctx - 32` prompt tokens and
-32 forced output tokens, so every token is generated near context `ctx` -- on the default model shape
-(hidden 128, 4 layers, random weights, speculation off), throughput = output tokens / wall
-seconds. Buckets are 128 / 256 / 512 tokens (not 2K / 8K: the CPU profile must stay quick,
-and the run's model holds 512). Then the choice per bucket and, in a second start of each
-layout, one fresh rollout per bucket (other prompts and seeds) under the chosen layout and
-under the worst: `gain` = chosen / worst throughput from that second measurement.
+matmuls two threads split, the CPU analogue of tensor parallelism). Profile: for each
+layout, one rollout per context bucket -- 16 requests (2 prompts x 8) of `ctx - 32` prompt
+tokens and 32 forced output tokens, so every token is generated near context `ctx` -- on
+the default model shape (hidden 128, 4 layers, random weights, speculation off);
+throughput = output tokens / wall seconds (prefill included). Buckets are 128 / 256 / 512
+tokens (not 2K / 8K: the CPU profile must stay quick, and the run's model holds 512). Then
+the choice per bucket and, in a second start of each layout, one fresh rollout per bucket
+(other prompts and seeds) under the chosen layout and under the worst: `gain` = chosen /
+worst throughput from that second measurement.
 """
 
 from __future__ import annotations
