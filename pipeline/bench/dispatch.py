@@ -377,7 +377,7 @@ def measure_ranks(
 
 def run(json_path: str | None, quick: bool = False) -> dict[str, Any]:
     contexts = (8192,) if quick else CONTEXTS
-    num_groups, repeats = (4, 1) if quick else (16, 3)
+    num_groups, repeats = (4, 1) if quick else (16, 5)
     result: dict[str, Any] = {
         "ranks": {},
         "setup": {
