@@ -322,10 +322,10 @@ async def _central(
 
 async def _measure(
     folder: str, ranks: int, contexts: tuple[int, ...], num_groups: int, repeats: int
-) -> dict[str, dict[str, float]]:
+) -> dict[str, dict[str, Any]]:
     transport = ZmqTransport()
     mailbox = Mailbox(transport, _address(folder))
-    rows: dict[str, dict[str, float]] = {}
+    rows: dict[str, dict[str, Any]] = {}
     it = 0
     try:
         for ctx in contexts:
@@ -345,6 +345,8 @@ async def _measure(
                 "ratio": c / d if d > 0 else float("inf"),
                 "imbalance": imb,
                 "centralized_imbalance": central_imb,
+                "centralized_runs_s": central,
+                "direct_runs_s": direct,
                 "num_samples": float(len(samples)),
                 "batch_mib": sum(len(s.loss_mask) for s in samples) * BYTES_PER_TOKEN / 2**20,
             }
@@ -355,7 +357,7 @@ async def _measure(
 
 def measure_ranks(
     ranks: int, contexts: tuple[int, ...], num_groups: int, repeats: int
-) -> dict[str, dict[str, float]]:
+) -> dict[str, dict[str, Any]]:
     ctx = mp.get_context("spawn")
     ready = ctx.Queue()
     with tempfile.TemporaryDirectory(prefix="seer-dispatch-") as folder:
