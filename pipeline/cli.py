@@ -15,6 +15,8 @@ BENCHES = {
     "scheduler": "pipeline.bench.scheduler",
     "serve": "pipeline.bench.serve",
     "faults": "pipeline.bench.faults",
+    "dispatch": "pipeline.bench.dispatch",
+    "layouts": "pipeline.bench.layouts",
 }
 
 
@@ -51,6 +53,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             ("iterations", args.iterations),
             ("resume", args.resume),
             ("warm_start_steps", args.warm_start_steps),
+            ("trainer_ranks", args.trainer_ranks),
         )
         if v is not None
     }
@@ -222,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--warm-start-steps", type=int, help="supervised warm start optimiser steps (0: none)"
     )
     run.add_argument("--resume", help="a checkpoint folder of an earlier run")
+    run.add_argument(
+        "--trainer-ranks", type=int, help="data-parallel trainer ranks (torch.distributed)"
+    )
     run.add_argument("--out", help="run folder (default: runs/run-<time>)")
     run.add_argument("--backend", choices=("builtin", "sglang"), help="the generators' engine")
     run.add_argument(

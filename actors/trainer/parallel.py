@@ -30,33 +30,21 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from actors.trainer.batch import TrainBatch, TrainSample, make_batch
-from actors.trainer.core import _STEP_STATS, GRPOTrainer, OffPolicyError, _chunks
+from actors.trainer.core import (
+    _STEP_STATS,
+    GRPOTrainer,
+    OffPolicyError,
+    SamplingTransform,
+    _chunks,
+)
 from actors.trainer.grpo import grpo_loss, token_logprobs
 from actors.trainer.ranks import all_reduce_min, all_reduce_sum
-
-
-@dataclass(frozen=True, slots=True)
-class SamplingTransform:
-    """The sampling distribution the rollout's logprobs were taken under."""
-
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
-            raise ValueError(f"invalid sampling transform {self}")
-
-    @property
-    def is_identity(self) -> bool:
-        return self.temperature in (0.0, 1.0) and self.top_k == 0 and self.top_p >= 1.0
 
 
 def transformed_logprobs(logits: Tensor, targets: Tensor, transform: SamplingTransform) -> Tensor:
@@ -97,7 +85,7 @@ class RankedGRPOTrainer(GRPOTrainer):
         samples: Sequence[TrainSample],
         *,
         expected_version: int,
-        transform: SamplingTransform = SamplingTransform(),
+        transform: SamplingTransform | None = None,
         advantages: Sequence[float] | None = None,
         flat_share: Sequence[float] | None = None,
     ) -> dict[str, float]:
@@ -109,7 +97,7 @@ class RankedGRPOTrainer(GRPOTrainer):
         ``GRPOTrainer`` skips flat groups."""
         start = time.perf_counter()
         self._agree_on_policy(samples, expected_version)
-        self.transform = transform
+        self.transform = transform or SamplingTransform()
         batch = make_batch(samples, self.pad_id) if samples else None
         num_skipped: float
         if advantages is None:
@@ -166,6 +154,10 @@ class RankedGRPOTrainer(GRPOTrainer):
         skip = self.kl_coef == 0
         keep = [i for i, s in enumerate(share) if not (skip and s > 0)]
         return batch, torch.tensor(keep, dtype=torch.long), sum(share) if skip else 0.0
+
+    def agree(self, is_ok: bool) -> bool:
+        """Whether every rank is ok (a collective: every rank must call it)."""
+        return float(all_reduce_min(torch.tensor([1.0 if is_ok else 0.0]))) == 1.0
 
     def _agree_on_policy(self, samples: Sequence[TrainSample], expected_version: int) -> None:
         error: OffPolicyError | None = None

@@ -3,9 +3,9 @@
 A trainer of R ranks is R processes, one rank each. Each reads the usual environment
 (``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), so the same
 code runs under ``torchrun`` or under our launcher (which sets the same variables from the
-topology: rank = the actor's index, world size = the count of trainer actors). The backend is
-gloo on CPU and NCCL when CUDA is available. One rank (``WORLD_SIZE`` 1 or unset) needs no
-process group at all: every collective below is then the identity.
+topology: rank = the actor's index, world size = the count of trainer actors). The backend
+is gloo on CPU and NCCL for CUDA tensors when CUDA is available. One rank (``WORLD_SIZE`` 1
+or unset) needs no process group at all: every collective below is then the identity.
 """
 
 from __future__ import annotations
@@ -63,7 +63,9 @@ class RankEnv:
 
 
 def default_backend() -> str:
-    return "nccl" if torch.cuda.is_available() else "gloo"
+    """gloo on CPU; with CUDA, NCCL for CUDA tensors and gloo for CPU ones (the trainer's
+    tensors live where its model does)."""
+    return "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
 
 
 def init_ranks(env: RankEnv, *, backend: str | None = None, timeout_s: float = 120.0) -> None:

@@ -77,6 +77,12 @@ def trainer() -> RankedGRPOTrainer:
     return t
 
 
+def dataclasses_replace_version(sample: TrainSample, version: int) -> TrainSample:
+    import dataclasses
+
+    return dataclasses.replace(sample, weight_versions=(version,))
+
+
 TEMPERATURES = (1.0, 0.7)
 
 

@@ -85,7 +85,6 @@ async def _answer(send: Any, status: int, payload: dict[str, Any]) -> None:
 
 def main(argv: list[str]) -> int:
     import pipeline.serve.server as server
-
     from pipeline.cli import main as seer
 
     build_app = server.build_app
