@@ -21,7 +21,9 @@ stretch is then cut after the step in flight. Deterministic for a given seed.
 from __future__ import annotations
 
 import heapq
+import math
 import random
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,6 +45,10 @@ from transport.messages import (
 )
 
 __all__ = ["SimConfig", "SimRequest", "SimResult", "simulate"]
+
+_REGRANT = 64  # verified drafts after which cached grants are recomputed
+_OBSERVE = 8  # drafts verified per stretch for the speculation policy's calibration
+_WARM = 600  # verified drafts a speculation policy has seen before the run
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,11 +166,12 @@ class _Run:
             for i in range(config.num_instances)
         ]
         self.cost = cost
-        self.acceptance = acceptance
+        self.acceptance: AcceptanceTable | None = acceptance
         self.rng = random.Random(config.seed)
         self.spec: list[SpecPolicy] = []
         if config.spec == "group":
-            assert acceptance is not None
+            acceptance = acceptance or measure_acceptance(g_max=config.g_max)
+            self.acceptance = acceptance
             spec_cfg = SpecConfig(mode="group", g_max=config.g_max)
             mean_ctx = sum(r.prompt_len + r.output_len / 2 for r in self.reqs) / len(self.reqs)
             for _ in self.instances:
@@ -173,6 +180,10 @@ class _Run:
                 )
             for inst in self.instances:
                 inst.on_batch = self._set_drafts
+            for spec_policy in self.spec:
+                self._warm(spec_policy, acceptance)
+        self._grants: list[dict[Any, dict[tuple[int, bool], int]]] = [{} for _ in self.instances]
+        self._observed = [0] * len(self.instances)
         self.progress = [0.0] * len(self.reqs)
         self.chunks: list[ChunkRecord] = []
         self.finish_s = [0.0] * len(self.reqs)
@@ -189,35 +200,70 @@ class _Run:
         )
 
     def _set_drafts(self, inst: SimInstance) -> None:
+        """Each running chunk's draft length (the MBA policy's grant) and token rate.
+
+        Requests whose trees are alike (the same reference count, probe or not) offer the
+        policy the same candidates, so the policy's grant per kind of request (the median
+        over its members) is reused for batches of about the same size (within 10%) and
+        the same kinds, until the policy has seen ``_REGRANT`` more verified drafts; a few
+        drafts per stretch (``_OBSERVE``) are verified for its calibration."""
         table = self.acceptance
         assert table is not None
         policy = self.spec[inst.index]
         batch = len(inst.running)
-        refs = {c.request: self._refs(c.request) for c in inst.running}
-        grant: dict[str, int] = {}
-        if policy.can_pay(batch):
-            cands = [
-                Candidate(
-                    self.reqs[c.request].request_id,
-                    self.reqs[c.request].is_probe,
-                    table.probs[table.row(refs[c.request])][1 : table.g_max + 1],
-                )
-                for c in inst.running
-            ]
-            grant = policy.allocate(batch, cands)
-        for c in inst.running:
-            g = grant.get(self.reqs[c.request].request_id, 0)
+        rows = [table.row(self._refs(c.request)) for c in inst.running]
+        classes = [
+            (row, self.reqs[c.request].is_probe) for row, c in zip(rows, inst.running, strict=True)
+        ]
+        key = (int(math.log(batch) / math.log(1.1)), frozenset(classes))
+        cache = self._grants[inst.index]
+        if self._observed[inst.index] >= _REGRANT:
+            cache.clear()
+            self._observed[inst.index] = 0
+        per_class = cache.get(key)
+        if per_class is None:
+            grant: dict[str, int] = {}
+            if policy.can_pay(batch):
+                cands = [
+                    Candidate(str(i), probe, table.probs[row][1 : table.g_max + 1])
+                    for i, (row, probe) in enumerate(classes)
+                ]
+                grant = policy.allocate(batch, cands)
+            members: dict[tuple[int, bool], list[int]] = {}
+            for i, cls in enumerate(classes):
+                members.setdefault(cls, []).append(grant.get(str(i), 0))
+            per_class = {cls: int(statistics.median_low(gs)) for cls, gs in members.items()}
+            cache[key] = per_class
+        observed = 0
+        for c, cls in zip(inst.running, classes, strict=True):
+            g = per_class[cls]
             c.draft = g
-            c.rate = table.expected_tokens(refs[c.request], g) if g else 1.0
-            if g:  # what one verify step of it showed, for the policy's calibration
-                row = table.row(refs[c.request])
+            c.rate = table.expected_tokens(table.refs[cls[0]], g) if g else 1.0
+            if g and observed < _OBSERVE:  # one verify step of it, for the calibration
+                observed += 1
+                row = cls[0]
                 ok = 0
                 while (
-                    ok < g and self.rng.random() < table.accept[row][ok + 1] / table.accept[row][ok]
+                    ok < g and self.rng.random() * table.accept[row][ok] < table.accept[row][ok + 1]
                 ):
                     ok += 1
                 probs = table.probs[row][1 : g + 1]
                 policy.observe(g, ok, probs, [j < ok for j in range(g)])
+        self._observed[inst.index] += observed
+
+    def _warm(self, policy: SpecPolicy, table: AcceptanceTable) -> None:
+        """A generator's speculation policy is warm after earlier iterations: its calibration
+        has seen ``_WARM`` verified drafts (every reference count alike) before the run."""
+        for i in range(_WARM):
+            row = i % len(table.refs)
+            self._verify(policy, table, row, table.g_max)
+
+    def _verify(self, policy: SpecPolicy, table: AcceptanceTable, row: int, g: int) -> None:
+        """One verify step of a g-token draft, its outcome drawn from the table."""
+        ok = 0
+        while ok < g and self.rng.random() * table.accept[row][ok] < table.accept[row][ok + 1]:
+            ok += 1
+        policy.observe(g, ok, table.probs[row][1 : g + 1], [j < ok for j in range(g)])
 
     # --- the loop ----------------------------------------------------------------------------
     def _push(self, inst: SimInstance, end: float | None) -> None:
@@ -280,8 +326,14 @@ class _Run:
             new = self.estimator.on_request_finished(spec.group_id, st.generated)
             if new is not None:
                 self.core.update_estimate(spec.group_id, new)
-        steps = round(c.done / c.rate) if c.rate > 0 else 0
-        stats = SpecStats(num_steps=steps, num_tokens=n) if c.draft else SpecStats()
+        stats = SpecStats()
+        if self.spec:
+            stats = SpecStats(
+                num_steps=max(1, round(c.num_steps)),
+                num_tokens=n,
+                num_draft_tokens=round(c.num_draft_tokens),
+                num_accepted_tokens=round(c.num_accepted_tokens),
+            )
         self.chunks.append(
             ChunkRecord(
                 request_id=spec.request_id,
@@ -375,6 +427,4 @@ def simulate(
     acceptance: AcceptanceTable | None = None,
 ) -> SimResult:
     """One simulated rollout of ``requests`` under ``policy`` (a ``make_policy`` name)."""
-    if config.spec == "group" and acceptance is None:
-        acceptance = measure_acceptance(g_max=config.g_max)
     return _Run(requests, policy, config, cost, acceptance).run(policy)
