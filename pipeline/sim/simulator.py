@@ -46,8 +46,8 @@ from transport.messages import (
 
 __all__ = ["SimConfig", "SimRequest", "SimResult", "simulate"]
 
-_REGRANT = 64  # verified drafts after which cached grants are recomputed
-_OBSERVE = 8  # drafts verified per stretch for the speculation policy's calibration
+_REGRANT = 256  # verified drafts after which cached grants are recomputed
+_OBSERVE = 4  # drafts verified per stretch for the speculation policy's calibration
 _WARM = 600  # verified drafts a speculation policy has seen before the run
 
 
@@ -136,6 +136,7 @@ class _Run:
             kv_high_watermark=config.kv_high_watermark,
             affinity_spread=config.affinity_spread,
             growth_reserve=config.growth_reserve,
+            global_kv=config.kv_pool == "global",
         )
         self.estimator = LengthEstimator(limit)
         self.members: dict[str, list[int]] = {}
@@ -204,9 +205,9 @@ class _Run:
 
         Requests whose trees are alike (the same reference count, probe or not) offer the
         policy the same candidates, so the policy's grant per kind of request (the median
-        over its members) is reused for batches of about the same size (within 10%) and
-        the same kinds, until the policy has seen ``_REGRANT`` more verified drafts; a few
-        drafts per stretch (``_OBSERVE``) are verified for its calibration."""
+        over its members) is reused for batches of about the same size (within 25%) whose
+        kinds it has seen, until the policy has seen ``_REGRANT`` more verified drafts; a
+        few drafts per stretch (``_OBSERVE``) are verified for its calibration."""
         table = self.acceptance
         assert table is not None
         policy = self.spec[inst.index]
@@ -215,13 +216,13 @@ class _Run:
         classes = [
             (row, self.reqs[c.request].is_probe) for row, c in zip(rows, inst.running, strict=True)
         ]
-        key = (int(math.log(batch) / math.log(1.1)), frozenset(classes))
+        key = int(math.log(batch) / math.log(1.25))
         cache = self._grants[inst.index]
         if self._observed[inst.index] >= _REGRANT:
             cache.clear()
             self._observed[inst.index] = 0
         per_class = cache.get(key)
-        if per_class is None:
+        if per_class is None or not per_class.keys() >= set(classes):
             grant: dict[str, int] = {}
             if policy.can_pay(batch):
                 cands = [
@@ -232,8 +233,8 @@ class _Run:
             members: dict[tuple[int, bool], list[int]] = {}
             for i, cls in enumerate(classes):
                 members.setdefault(cls, []).append(grant.get(str(i), 0))
-            per_class = {cls: int(statistics.median_low(gs)) for cls, gs in members.items()}
-            cache[key] = per_class
+            fresh = {cls: int(statistics.median_low(gs)) for cls, gs in members.items()}
+            per_class = cache[key] = {**(per_class or {}), **fresh}
         observed = 0
         for c, cls in zip(inst.running, classes, strict=True):
             g = per_class[cls]

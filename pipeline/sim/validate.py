@@ -37,6 +37,7 @@ from rich.table import Table
 from actors.generator import ChunkRequest, SamplingParams
 from actors.scheduler.options import SchedulerOptions
 from pipeline.bench.rollout import POLICIES, bench_generator, run_policies
+from pipeline.launch import LaunchError
 from pipeline.rollout.metrics import compute_metrics
 from pipeline.rollout.plot import plot_timeline
 from pipeline.rollout.trace import save_trace
@@ -118,6 +119,21 @@ def _sim_config(gen: dict[str, Any], chunk_size: int, spec: bool, seed: int) -> 
     )
 
 
+def _live(
+    workload: Workload, gen: dict[str, Any], chunk_size: int, console: Console
+) -> dict[str, list[RolloutRecord]]:
+    """The four policies live, one topology; a topology that fails to start (a loaded
+    machine can miss the launcher's readiness deadline) is tried once more."""
+    for attempt in range(2):
+        try:
+            return anyio.run(run_policies, workload, gen, chunk_size, POLICIES, console, 1, 300.0)
+        except LaunchError:
+            if attempt:
+                raise
+            console.print("topology did not start; trying once more")
+    raise AssertionError("unreachable")
+
+
 def _rel(a: float, b: float) -> float:
     return abs(a - b) / b if b > 0 else 0.0
 
@@ -160,9 +176,7 @@ def run(
     for seed in range(seeds):
         workload = _workload(size, seed)
         for suffix, spec in variants:
-            live = anyio.run(
-                run_policies, workload, {**gen, **spec}, chunk_size, POLICIES, console, 1
-            )
+            live = _live(workload, {**gen, **spec}, chunk_size, console)
             for policy, records in live.items():
                 name = policy + suffix
                 record = records[0]
