@@ -164,7 +164,7 @@ def _cmd_sim(args: argparse.Namespace) -> int:
             args.json,
             workloads=workloads,
             scale=args.scale,
-            chunk_size=args.chunk_size or 8192,
+            chunk_size=args.chunk_size or 4096,
             num_instances=args.instances,
         )
     return 0
@@ -230,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--no-drafts", action="store_true", help="validate: skip +drafts runs")
     sim.add_argument("--workload", action="append", help="seer: moonlight, qwen2-vl-72b, kimi-k2")
     sim.add_argument("--scale", type=float, default=1.0, help="seer: fraction of the groups")
-    sim.add_argument("--chunk-size", type=int, help="seer: tokens per chunk (default 8192)")
+    sim.add_argument("--chunk-size", type=int, help="seer: tokens per chunk (default 4096)")
     sim.add_argument("--instances", type=int, default=32, help="seer: generator instances")
     sim.set_defaults(fn=_cmd_sim)
     keys = sub.add_parser("keys", help="create a CURVE key pair for tcp deployments")

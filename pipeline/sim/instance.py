@@ -56,6 +56,7 @@ class Chunk:
     num_steps: float = 0.0  # decode steps it took part in
     num_draft_tokens: float = 0.0
     num_accepted_tokens: float = 0.0
+    ended_s: float = 0.0  # when its engine finished it
 
 
 class SimInstance:

@@ -58,7 +58,7 @@ def run_workload(
     name: str,
     *,
     num_instances: int = 32,
-    chunk_size: int = 8192,
+    chunk_size: int = 4096,
     max_batch: int = 256,
     scale: float = 1.0,
     seed: int = 0,
@@ -95,13 +95,15 @@ def run_workload(
             "chunks_moved": m["chunks_moved"],
             "starvation_picks": res.counters["starvation_picks"],
             "sim_wall_s": res.wall_s,
+            "sim_cpu_s": res.cpu_s,
             "sim_events": res.num_events,
         }
         records[pol] = res.record
         if console:
             console.print(
                 f"  {name} {pol}: makespan {m['makespan_s']:.0f} s, tail {m['tail_s']:.0f} s, "
-                f"{m['num_preemptions']} preemptions (simulated in {res.wall_s:.1f} s)"
+                f"{m['num_preemptions']} preemptions (simulated in {res.wall_s:.1f} s, "
+                f"{res.cpu_s:.1f} s CPU)"
             )
     base = out["baseline"]["throughput_tok_s"] if "baseline" in out else None
     ratios = {p: v["throughput_tok_s"] / base for p, v in out.items()} if base else {}
@@ -131,7 +133,7 @@ def run(
     *,
     workloads: tuple[str, ...] = tuple(SEER_WORKLOADS),
     scale: float = 1.0,
-    chunk_size: int = 8192,
+    chunk_size: int = 4096,
     num_instances: int = 32,
     max_batch: int = 256,
     seed: int = 0,

@@ -48,6 +48,7 @@ __all__ = ["SimConfig", "SimRequest", "SimResult", "simulate"]
 
 _REGRANT = 256  # verified drafts after which cached grants are recomputed
 _OBSERVE = 4  # drafts verified per stretch for the speculation policy's calibration
+_END, _RESULT, _ARRIVE = 0, 1, 2  # event kinds
 _WARM = 600  # verified drafts a speculation policy has seen before the run
 
 
@@ -83,8 +84,12 @@ class SimConfig:
     g_max: int = 8
     max_steps: int = 256
     seed: int = 0
+    dispatch_latency_s: float = 0.0  # scheduler decision -> the chunk reaches its engine
+    result_latency_s: float = 0.0  # a chunk ends -> the scheduler has its result
 
     def __post_init__(self) -> None:
+        if self.dispatch_latency_s < 0 or self.result_latency_s < 0:
+            raise ValueError("SimConfig latencies must be >= 0")
         for name in ("num_instances", "max_batch", "kv_capacity", "chunk_size", "max_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SimConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -99,6 +104,7 @@ class SimResult:
     record: RolloutRecord
     counters: dict[str, int]  # the scheduler core's
     wall_s: float  # how long the simulation itself took
+    cpu_s: float  # CPU time it took (on a shared machine the fairer figure)
     num_events: int
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -189,7 +195,9 @@ class _Run:
         self.chunks: list[ChunkRecord] = []
         self.finish_s = [0.0] * len(self.reqs)
         self.finish_reason = ["stop"] * len(self.reqs)
-        self.heap: list[tuple[float, int, int, int]] = []
+        # (time, seq, kind, instance, payload): kind _END (payload: the stretch's version),
+        # _RESULT (a chunk's result reaches the scheduler), _ARRIVE (a chunk reaches its engine)
+        self.heap: list[tuple[float, int, int, int, Any]] = []
         self.seq = 0
         self.num_events = 0
 
@@ -269,8 +277,11 @@ class _Run:
     # --- the loop ----------------------------------------------------------------------------
     def _push(self, inst: SimInstance, end: float | None) -> None:
         if end is not None:
-            heapq.heappush(self.heap, (end, self.seq, inst.index, inst.version))
-            self.seq += 1
+            self._event(end, _END, inst.index, inst.version)
+
+    def _event(self, at: float, kind: int, instance: int, payload: Any) -> None:
+        heapq.heappush(self.heap, (at, self.seq, kind, instance, payload))
+        self.seq += 1
 
     def _plan(self, inst: SimInstance, now: float) -> None:
         self._push(inst, inst.plan(now))
@@ -291,17 +302,23 @@ class _Run:
                 dispatched_s=now,
                 new_ctx=d.chunk_seq == 1,
             )
+            if self.cfg.dispatch_latency_s > 0:
+                self._event(now + self.cfg.dispatch_latency_s, _ARRIVE, d.instance, chunk)
+                continue
             self.instances[d.instance].enqueue(chunk)
             touched.add(d.instance)
         for i in sorted(touched):
-            inst = self.instances[i]
-            if inst.seg_end is None:
-                self._plan(inst, now)
-            else:
-                before = inst.version
-                end = inst.cut(now)
-                if inst.version != before:
-                    self._push(inst, end)
+            self._wake(self.instances[i], now)
+
+    def _wake(self, inst: SimInstance, now: float) -> None:
+        """New work on `inst`: start a stretch, or cut the current one short."""
+        if inst.seg_end is None:
+            self._plan(inst, now)
+        else:
+            before = inst.version
+            end = inst.cut(now)
+            if inst.version != before:
+                self._push(inst, end)
 
     def _chunk_ended(self, inst: SimInstance, c: Chunk, now: float) -> None:
         r = c.request
@@ -343,7 +360,7 @@ class _Run:
                 chunk_seq=c.chunk_seq,
                 dispatched_s=c.dispatched_s,
                 start_s=max(c.start_s, c.dispatched_s),
-                end_s=now,
+                end_s=c.ended_s,
                 num_new_tokens=n,
                 prompt_len=spec.prompt_len,
                 generated_before=before,
@@ -354,7 +371,7 @@ class _Run:
         )
 
     def run(self, policy_name: str) -> SimResult:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         self.core.add(self.states, 0.0)
         self._dispatch(0.0)
         for inst in self.instances:
@@ -362,15 +379,25 @@ class _Run:
                 self._plan(inst, 0.0)
         now = 0.0
         while self.heap:
-            end, _, i, version = heapq.heappop(self.heap)
+            now, _, kind, i, payload = heapq.heappop(self.heap)
             inst = self.instances[i]
-            if version != inst.version:
+            if kind == _ARRIVE:
+                inst.enqueue(payload)
+                self._wake(inst, now)
                 continue
-            now = end
+            if kind == _RESULT:
+                self._chunk_ended(inst, payload, now)
+                self._dispatch(now)
+                continue
+            if payload != inst.version:
+                continue
             self.num_events += 1
             for c in inst.finish():
-                self._chunk_ended(inst, c, now)
-                self.progress[c.request] = float(self.states[c.request].generated)
+                c.ended_s = now
+                if self.cfg.result_latency_s > 0:
+                    self._event(now + self.cfg.result_latency_s, _RESULT, i, c)
+                else:
+                    self._chunk_ended(inst, c, now)
             self._dispatch(now)
             if inst.seg_end is None:
                 self._plan(inst, now)
@@ -380,6 +407,7 @@ class _Run:
             self._record(policy_name, now),
             dict(self.core.counters),
             time.perf_counter() - start,
+            time.process_time() - cpu,
             self.num_events,
         )
 

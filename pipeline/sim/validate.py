@@ -12,9 +12,11 @@
    each of ``seeds`` seeds (at least 3); every run is saved as a trace.
 4. Replay: each trace's requests (with their recorded lengths) go through the simulator
    under the same policy, knobs and seed; the simulator's policies see what live ones see
-   (estimates from finished siblings, telemetry at chunk ends). With drafts, acceptance
-   comes from real suffix trees over independent random tokens of the model's vocabulary
-   (the bench model is random, so its siblings share no text).
+   (estimates from finished siblings, telemetry at chunk ends), as late as live ones do:
+   the control plane's dispatch and result delays (``latencies``) are measured from the
+   seed's live traces (system constants of this machine, not outcomes of a policy). With
+   drafts, acceptance comes from real suffix trees over independent random tokens of the
+   model's vocabulary (the bench model is random, so its siblings share no text).
 Per configuration: medians over seeds of live and simulated makespan and tail time, the
 median relative errors, the live spread (max - min over seeds, relative to the median:
 the noise floor), preemptions both ways; ``ranking_match``: the eight configurations in
@@ -23,6 +25,7 @@ the same order by median makespan live and simulated.
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 import tempfile
@@ -31,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -99,7 +103,29 @@ def teacher_forced_error(
     }
 
 
-def _sim_config(gen: dict[str, Any], chunk_size: int, spec: bool, seed: int) -> SimConfig:
+def latencies(records: list[RolloutRecord]) -> tuple[float, float]:
+    """The live control plane's delays, from traces: dispatch (a chunk's dispatch to its
+    first step: the 10th percentile of start - dispatched over chunks of capacity-bounded
+    policies, where a dispatched chunk finds a free slot) and result (a chunk's end to the
+    next dispatch of the same request: the 10th percentile over consecutive chunks)."""
+    starts, gaps = [], []
+    for rec in records:
+        by_req: dict[str, list[Any]] = {}
+        for c in rec.chunks:
+            by_req.setdefault(c.request_id, []).append(c)
+            if rec.policy != "baseline":
+                starts.append(c.start_s - c.dispatched_s)
+        for chunks in by_req.values():
+            chunks.sort(key=lambda c: c.chunk_seq)
+            gaps += [b.dispatched_s - a.end_s for a, b in itertools.pairwise(chunks)]
+    dispatch = float(np.percentile(starts, 10)) if starts else 0.0
+    result = float(np.percentile(gaps, 10)) if gaps else dispatch
+    return max(dispatch, 0.0), max(result, 0.0)
+
+
+def _sim_config(
+    gen: dict[str, Any], chunk_size: int, spec: bool, seed: int, lat: tuple[float, float]
+) -> SimConfig:
     opts = SchedulerOptions()
     return SimConfig(
         num_instances=2,
@@ -116,6 +142,8 @@ def _sim_config(gen: dict[str, Any], chunk_size: int, spec: bool, seed: int) -> 
         spec="group" if spec else "off",
         max_steps=16,
         seed=seed,
+        dispatch_latency_s=lat[0],
+        result_latency_s=lat[1],
     )
 
 
@@ -172,17 +200,20 @@ def run(
     if drafts:
         variants.append(("+drafts", {"spec": {"mode": "group"}}))
     rows: dict[str, dict[str, list[float]]] = {}
+    measured_latencies: list[tuple[float, float]] = []
     examples: dict[str, RolloutRecord] = {}
     for seed in range(seeds):
         workload = _workload(size, seed)
         for suffix, spec in variants:
             live = _live(workload, {**gen, **spec}, chunk_size, console)
+            lat = latencies([rs[0] for rs in live.values()])
+            measured_latencies.append(lat)
             for policy, records in live.items():
                 name = policy + suffix
                 record = records[0]
                 save_trace(record, folder / f"trace-{name}-seed{seed}.json")
                 reqs = from_record(record, workload.max_new_tokens)
-                cfg = _sim_config(gen, chunk_size, bool(suffix), seed)
+                cfg = _sim_config(gen, chunk_size, bool(suffix), seed, lat)
                 sim = simulate(reqs, policy, cfg, cost, acceptance=acceptance)
                 lm, sm = compute_metrics(record), compute_metrics(sim.record)
                 row = rows.setdefault(name, {})
@@ -226,6 +257,7 @@ def run(
         "worst_makespan_err": max(errs),
         "median_tail_err": statistics.median(p["tail_err"] for p in policies.values()),
         "seeds": seeds,
+        "latencies_s": [{"dispatch": d, "result": r} for d, r in measured_latencies],
         "generator": gen,
         "chunk_size": chunk_size,
         "cost_table": table,
