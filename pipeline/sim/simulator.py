@@ -15,7 +15,9 @@ from ``ChunkFinished``. Emits a ``RolloutRecord`` (so ``compute_metrics`` and
 
 Event loop: a heap of instance stretch ends (``SimInstance.plan``: many decode steps priced
 at once); a chunk end calls the core, which may dispatch to other instances, whose current
-stretch is then cut after the step in flight. Deterministic for a given seed.
+stretch is then cut after the step in flight. ``dispatch_latency_s`` / ``result_latency_s``
+delay a dispatch on its way to the engine and a result on its way to the scheduler (the
+live control plane's hops; zero by default). Deterministic for a given seed.
 """
 
 from __future__ import annotations
