@@ -202,6 +202,38 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_profile(args: argparse.Namespace) -> int:
+    from pipeline.sim import profile
+
+    profile.run(args.json, quick=args.quick)
+    return 0
+
+
+def _cmd_sim(args: argparse.Namespace) -> int:
+    if args.what == "validate":
+        from pipeline.sim import validate
+
+        validate.run(
+            args.json,
+            quick=args.quick,
+            seeds=args.seeds,
+            table=args.table,
+            drafts=not args.no_drafts,
+        )
+    else:
+        from pipeline.sim import seer
+
+        workloads = tuple(args.workload) if args.workload else tuple(seer.SEER_WORKLOADS)
+        seer.run(
+            args.json,
+            workloads=workloads,
+            scale=args.scale,
+            chunk_size=args.chunk_size or 4096,
+            num_instances=args.instances,
+        )
+    return 0
+
+
 def _cmd_keys(args: argparse.Namespace) -> int:
     from transport.security import generate_keys
 
@@ -306,6 +338,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="stream frames carry only the new tokens (SGLang's flag; default cumulative)",
     )
     srv.set_defaults(fn=_cmd_serve)
+    prof = sub.add_parser("profile", help="measure the built-in engine into a cost table")
+    prof.add_argument("--json", default="runs/costmodel_cpu.json", help="write the table here")
+    prof.add_argument("--quick", action="store_true", help="a small grid (under a minute)")
+    prof.set_defaults(fn=_cmd_profile)
+    sim = sub.add_parser("sim", help="the rollout simulator: validate it, or run Seer's scale")
+    sim.add_argument("what", choices=("validate", "seer"))
+    sim.add_argument("--json", help="write the result as JSON here (a PNG beside it)")
+    sim.add_argument("--quick", action="store_true", help="validate: the small workload")
+    sim.add_argument("--seeds", type=int, default=3, help="validate: live seeds (>= 3)")
+    sim.add_argument("--table", help="validate: a `seer profile` table (default: profile now)")
+    sim.add_argument("--no-drafts", action="store_true", help="validate: skip +drafts runs")
+    sim.add_argument("--workload", action="append", help="seer: moonlight, qwen2-vl-72b, kimi-k2")
+    sim.add_argument("--scale", type=float, default=1.0, help="seer: fraction of the groups")
+    sim.add_argument("--chunk-size", type=int, help="seer: tokens per chunk (default 4096)")
+    sim.add_argument("--instances", type=int, default=32, help="seer: generator instances")
+    sim.set_defaults(fn=_cmd_sim)
     keys = sub.add_parser("keys", help="create a CURVE key pair for tcp deployments")
     keys.add_argument("directory")
     keys.set_defaults(fn=_cmd_keys)

@@ -29,6 +29,7 @@ It does not talk to generators, keep time, or retry: the actor shell does that.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -74,6 +75,7 @@ class SchedulerCore:
         affinity_spread: int = 4,
         growth_reserve: int | None = None,
         indexed: bool = True,
+        global_kv: bool = False,
     ) -> None:
         _require(num_instances >= 1, "num_instances >= 1", num_instances)
         _require(chunk_size >= 1, "chunk_size >= 1", chunk_size)
@@ -91,6 +93,9 @@ class SchedulerCore:
         self.max_running_per_instance = max_running_per_instance
         self.kv_high_watermark = kv_high_watermark
         self.affinity_spread = affinity_spread
+        # a global KV pool (Seer's): a chunk's KV leaves its instance when the chunk ends,
+        # so a waiting request has no home and any instance serves its next chunk alike
+        self.global_kv = global_kv
         self.counters: dict[str, int] = dict.fromkeys(COUNTER_NAMES, 0)
         self._requests: dict[str, RequestState] = {}
         self._waiting: dict[str, RequestState] = {}
@@ -194,6 +199,9 @@ class SchedulerCore:
             req.status, req.kv_instance = "finished", None
             self._num_finished += 1
             self._set_home(request_id, None)
+        elif self.global_kv:
+            self._set_home(request_id, None)
+            self._to_waiting(req, now, kv_instance=None)
         else:
             self._to_waiting(req, now, kv_instance=instance)
         return "ok"
@@ -301,7 +309,10 @@ class SchedulerCore:
         return best
 
     def _admitted_by(self, candidates: list[ProjectedLoad]) -> Callable[[RequestState], bool]:
-        return lambda req: any(self._admits(p, req) for p in candidates)
+        """`_admits` by any candidate: a bound on the request's context, computed once (a
+        scan may test hundreds of waiting requests that do not fit)."""
+        limit = max(self._context_limit(p) for p in candidates)
+        return lambda req: req.prompt_len + req.generated <= limit
 
     def _set_home(self, request_id: str, instance: int | None) -> None:
         context = self._requests[request_id].prompt_len + self._requests[request_id].generated
@@ -324,14 +335,17 @@ class SchedulerCore:
         """Can `load`'s instance take `req` into its working set? It needs a free place, and
         the contexts it holds plus `growth_reserve` tokens for each must fit the KV watermark
         (an empty working set always takes one request)."""
+        return req.prompt_len + req.generated <= self._context_limit(load)
+
+    def _context_limit(self, load: ProjectedLoad) -> float:
+        """The largest context `load`'s instance admits into its working set now."""
         i = load.index
         if self._homed[i] == 0:
-            return True
+            return math.inf
         if self._homed[i] >= load.max_running:
-            return False
-        need = self._homed_kv[i] + req.prompt_len + req.generated
-        need += (self._homed[i] + 1) * self.growth_reserve
-        return need <= self.kv_high_watermark * load.kv_tokens_total
+            return -math.inf
+        room = self.kv_high_watermark * load.kv_tokens_total - self._homed_kv[i]
+        return room - (self._homed[i] + 1) * self.growth_reserve
 
     def _place(self, req: RequestState, kv_need: int, bounded: bool) -> int | None:
         pin = self.policy.pin(req)

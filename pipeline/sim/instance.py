@@ -2,10 +2,12 @@
 
 The rules are the built-in engine's (``actors.generator.builtin.batcher``): a FIFO waiting
 queue (preempted requests go back to its front); admission into a free batch slot while the
-request's KV fits the budget, evicting parked KV least-recently-used (never the request's
-own), reusing its parked KV when it comes back to the same instance; before a decode step,
-room is made by evicting parked KV, then preempting the most recently admitted request (its
-KV dropped, recomputed when re-admitted); a request alone and out of KV ends ("length").
+request's KV and one step's growth of the batch fit the budget (the engine checks the KV
+alone, and then preempts the newcomer again at every step while KV is full), evicting
+parked KV least-recently-used (never the request's own), reusing its parked KV when it
+comes back to the same instance; before a decode step, room is made by evicting parked KV,
+then preempting the most recently admitted request (its KV dropped, recomputed when
+re-admitted); a request alone and out of KV ends ("length").
 With ``kv_pool="global"`` (Seer's Mooncake pool) a chunk's KV leaves the instance when the
 chunk ends and comes back on any instance without a prefill; ``"local"`` parks it here.
 The Batcher itself owns tensors, so these rules are re-stated over token counts, not shared.
@@ -50,6 +52,11 @@ class Chunk:
     start_s: float = -1.0
     reprefilled: int = 0
     out_of_kv: bool = False
+    pending_prefill: int = 0  # admitted, its prefill not run yet
+    num_steps: float = 0.0  # decode steps it took part in
+    num_draft_tokens: float = 0.0
+    num_accepted_tokens: float = 0.0
+    ended_s: float = 0.0  # when its engine finished it
 
 
 class SimInstance:
@@ -112,9 +119,8 @@ class SimInstance:
     def enqueue(self, chunk: Chunk) -> None:
         self.waiting.append(chunk)
 
-    def _admit(self) -> int:
-        """Move waiting chunks into free slots while their KV fits; returns prefill tokens."""
-        prefill = 0
+    def _admit(self) -> None:
+        """Move waiting chunks into free slots while their KV fits."""
         while self.waiting and len(self.running) < self.max_batch:
             head = self.waiting[0]
             own = self.parked.get(head.request, 0.0)
@@ -125,27 +131,37 @@ class SimInstance:
                 and head.request not in self._recompute
             ):
                 reuse = head.ctx  # the pool hands the KV over
-            extra = head.ctx - own
+            # its KV, plus one step's growth of the batch it joins (the engine's rule is
+            # "its KV fits"; without the step's room it is preempted again at once, and the
+            # same request is admitted and preempted at every step while KV is full)
+            extra = head.ctx - own + len(self.running) + 1
             used = self.kv_used()
             while used + extra > self.kv_capacity and self._evict(head.request):
                 used = self.kv_used()
             if used + extra > self.kv_capacity and self.running:
-                return prefill  # head of line waits for KV
+                return  # head of line waits for KV
             self.waiting.popleft()
             self.parked.pop(head.request, None)
-            need = round(head.ctx - reuse)
-            if need > 0:
-                prefill += need
-                if head.request in self._recompute:
-                    self.counts["num_recomputed_tokens"] += need
-                elif not head.new_ctx:
-                    self.counts["num_reprefilled_tokens"] += need
-                    head.reprefilled += need
-            self._recompute.discard(head.request)
+            head.pending_prefill = round(head.ctx - reuse)
             head.admitted_at = self._clock
             self._clock += 1
             self.running.append(head)
-        return prefill
+
+    def _prefill(self) -> int:
+        """Prefill tokens of the chunks admitted and still running (counted once they run)."""
+        total = 0
+        for c in self.running:
+            need, c.pending_prefill = c.pending_prefill, 0
+            if need <= 0:
+                continue
+            total += need
+            if c.request in self._recompute:
+                self.counts["num_recomputed_tokens"] += need
+            elif not c.new_ctx:
+                self.counts["num_reprefilled_tokens"] += need
+                c.reprefilled += need
+            self._recompute.discard(c.request)
+        return total
 
     def _evict(self, keep: int) -> bool:
         for rid in self.parked:
@@ -168,6 +184,7 @@ class SimInstance:
                 return
             victim = max(self.running, key=lambda c: c.admitted_at)
             self.running.remove(victim)
+            victim.pending_prefill = 0
             self._recompute.add(victim.request)
             self.waiting.appendleft(victim)
             self.counts["num_preemptions"] += 1
@@ -176,8 +193,9 @@ class SimInstance:
     def plan(self, now: float) -> float | None:
         """Admit, make room, and plan the next stretch from ``now``; its end (None: idle)."""
         self.version += 1
-        prefill_tokens = self._admit()
+        self._admit()
         self._make_room()
+        prefill_tokens = self._prefill()
         if not self.running:
             self.seg_end = None
             return None
@@ -229,11 +247,15 @@ class SimInstance:
         keep: list[Chunk] = []
         for c in self.running:
             made = min(steps * c.rate, c.target - c.done)
+            took = made / c.rate if c.rate > 0 else 0.0  # the last step may end early
             c.done += made
             c.ctx += made
+            c.num_steps += took
             if c.draft:
-                self.counts["num_draft_tokens"] += steps * c.draft
-                self.counts["num_accepted_tokens"] += round(made - steps * min(1.0, c.rate))
+                c.num_draft_tokens += took * c.draft
+                c.num_accepted_tokens += made - took
+                self.counts["num_draft_tokens"] += round(took * c.draft)
+                self.counts["num_accepted_tokens"] += round(made - took)
             if c.done >= c.target - 1e-6 or c.out_of_kv:
                 out.append(c)
                 if self.kv_pool == "local" and not (c.finishes and c.done >= c.target - 1e-6):

@@ -15,13 +15,17 @@ from ``ChunkFinished``. Emits a ``RolloutRecord`` (so ``compute_metrics`` and
 
 Event loop: a heap of instance stretch ends (``SimInstance.plan``: many decode steps priced
 at once); a chunk end calls the core, which may dispatch to other instances, whose current
-stretch is then cut after the step in flight. Deterministic for a given seed.
+stretch is then cut after the step in flight. ``dispatch_latency_s`` / ``result_latency_s``
+delay a dispatch on its way to the engine and a result on its way to the scheduler (the
+live control plane's hops; zero by default). Deterministic for a given seed.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import random
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,6 +47,11 @@ from transport.messages import (
 )
 
 __all__ = ["SimConfig", "SimRequest", "SimResult", "simulate"]
+
+_REGRANT = 256  # verified drafts after which cached grants are recomputed
+_OBSERVE = 4  # drafts verified per stretch for the speculation policy's calibration
+_END, _RESULT, _ARRIVE = 0, 1, 2  # event kinds
+_WARM = 600  # verified drafts a speculation policy has seen before the run
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,8 +86,12 @@ class SimConfig:
     g_max: int = 8
     max_steps: int = 256
     seed: int = 0
+    dispatch_latency_s: float = 0.0  # scheduler decision -> the chunk reaches its engine
+    result_latency_s: float = 0.0  # a chunk ends -> the scheduler has its result
 
     def __post_init__(self) -> None:
+        if self.dispatch_latency_s < 0 or self.result_latency_s < 0:
+            raise ValueError("SimConfig latencies must be >= 0")
         for name in ("num_instances", "max_batch", "kv_capacity", "chunk_size", "max_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SimConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -93,6 +106,7 @@ class SimResult:
     record: RolloutRecord
     counters: dict[str, int]  # the scheduler core's
     wall_s: float  # how long the simulation itself took
+    cpu_s: float  # CPU time it took (on a shared machine the fairer figure)
     num_events: int
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -130,6 +144,7 @@ class _Run:
             kv_high_watermark=config.kv_high_watermark,
             affinity_spread=config.affinity_spread,
             growth_reserve=config.growth_reserve,
+            global_kv=config.kv_pool == "global",
         )
         self.estimator = LengthEstimator(limit)
         self.members: dict[str, list[int]] = {}
@@ -160,11 +175,12 @@ class _Run:
             for i in range(config.num_instances)
         ]
         self.cost = cost
-        self.acceptance = acceptance
+        self.acceptance: AcceptanceTable | None = acceptance
         self.rng = random.Random(config.seed)
         self.spec: list[SpecPolicy] = []
         if config.spec == "group":
-            assert acceptance is not None
+            acceptance = acceptance or measure_acceptance(g_max=config.g_max)
+            self.acceptance = acceptance
             spec_cfg = SpecConfig(mode="group", g_max=config.g_max)
             mean_ctx = sum(r.prompt_len + r.output_len / 2 for r in self.reqs) / len(self.reqs)
             for _ in self.instances:
@@ -173,11 +189,17 @@ class _Run:
                 )
             for inst in self.instances:
                 inst.on_batch = self._set_drafts
+            for spec_policy in self.spec:
+                self._warm(spec_policy, acceptance)
+        self._grants: list[dict[Any, dict[tuple[int, bool], int]]] = [{} for _ in self.instances]
+        self._observed = [0] * len(self.instances)
         self.progress = [0.0] * len(self.reqs)
         self.chunks: list[ChunkRecord] = []
         self.finish_s = [0.0] * len(self.reqs)
         self.finish_reason = ["stop"] * len(self.reqs)
-        self.heap: list[tuple[float, int, int, int]] = []
+        # (time, seq, kind, instance, payload): kind _END (payload: the stretch's version),
+        # _RESULT (a chunk's result reaches the scheduler), _ARRIVE (a chunk reaches its engine)
+        self.heap: list[tuple[float, int, int, int, Any]] = []
         self.seq = 0
         self.num_events = 0
 
@@ -189,41 +211,79 @@ class _Run:
         )
 
     def _set_drafts(self, inst: SimInstance) -> None:
+        """Each running chunk's draft length (the MBA policy's grant) and token rate.
+
+        Requests whose trees are alike (the same reference count, probe or not) offer the
+        policy the same candidates, so the policy's grant per kind of request (the median
+        over its members) is reused for batches of about the same size (within 25%) whose
+        kinds it has seen, until the policy has seen ``_REGRANT`` more verified drafts; a
+        few drafts per stretch (``_OBSERVE``) are verified for its calibration."""
         table = self.acceptance
         assert table is not None
         policy = self.spec[inst.index]
         batch = len(inst.running)
-        refs = {c.request: self._refs(c.request) for c in inst.running}
-        grant: dict[str, int] = {}
-        if policy.can_pay(batch):
-            cands = [
-                Candidate(
-                    self.reqs[c.request].request_id,
-                    self.reqs[c.request].is_probe,
-                    table.probs[table.row(refs[c.request])][1 : table.g_max + 1],
-                )
-                for c in inst.running
-            ]
-            grant = policy.allocate(batch, cands)
-        for c in inst.running:
-            g = grant.get(self.reqs[c.request].request_id, 0)
+        rows = [table.row(self._refs(c.request)) for c in inst.running]
+        classes = [
+            (row, self.reqs[c.request].is_probe) for row, c in zip(rows, inst.running, strict=True)
+        ]
+        key = int(math.log(batch) / math.log(1.25))
+        cache = self._grants[inst.index]
+        if self._observed[inst.index] >= _REGRANT:
+            cache.clear()
+            self._observed[inst.index] = 0
+        per_class = cache.get(key)
+        if per_class is None or not per_class.keys() >= set(classes):
+            grant: dict[str, int] = {}
+            if policy.can_pay(batch):
+                cands = [
+                    Candidate(str(i), probe, table.probs[row][1 : table.g_max + 1])
+                    for i, (row, probe) in enumerate(classes)
+                ]
+                grant = policy.allocate(batch, cands)
+            members: dict[tuple[int, bool], list[int]] = {}
+            for i, cls in enumerate(classes):
+                members.setdefault(cls, []).append(grant.get(str(i), 0))
+            fresh = {cls: int(statistics.median_low(gs)) for cls, gs in members.items()}
+            per_class = cache[key] = {**(per_class or {}), **fresh}
+        observed = 0
+        for c, cls in zip(inst.running, classes, strict=True):
+            g = per_class[cls]
             c.draft = g
-            c.rate = table.expected_tokens(refs[c.request], g) if g else 1.0
-            if g:  # what one verify step of it showed, for the policy's calibration
-                row = table.row(refs[c.request])
+            c.rate = table.expected_tokens(table.refs[cls[0]], g) if g else 1.0
+            if g and observed < _OBSERVE:  # one verify step of it, for the calibration
+                observed += 1
+                row = cls[0]
                 ok = 0
                 while (
-                    ok < g and self.rng.random() < table.accept[row][ok + 1] / table.accept[row][ok]
+                    ok < g and self.rng.random() * table.accept[row][ok] < table.accept[row][ok + 1]
                 ):
                     ok += 1
                 probs = table.probs[row][1 : g + 1]
                 policy.observe(g, ok, probs, [j < ok for j in range(g)])
+        self._observed[inst.index] += observed
+
+    def _warm(self, policy: SpecPolicy, table: AcceptanceTable) -> None:
+        """A generator's speculation policy is warm after earlier iterations: its calibration
+        has seen ``_WARM`` verified drafts (every reference count alike) before the run."""
+        for i in range(_WARM):
+            row = i % len(table.refs)
+            self._verify(policy, table, row, table.g_max)
+
+    def _verify(self, policy: SpecPolicy, table: AcceptanceTable, row: int, g: int) -> None:
+        """One verify step of a g-token draft, its outcome drawn from the table."""
+        ok = 0
+        while ok < g and self.rng.random() * table.accept[row][ok] < table.accept[row][ok + 1]:
+            ok += 1
+        policy.observe(g, ok, table.probs[row][1 : g + 1], [j < ok for j in range(g)])
 
     # --- the loop ----------------------------------------------------------------------------
     def _push(self, inst: SimInstance, end: float | None) -> None:
         if end is not None:
-            heapq.heappush(self.heap, (end, self.seq, inst.index, inst.version))
-            self.seq += 1
+            self._event(end, _END, inst.index, inst.version)
+
+    def _event(self, at: float, kind: int, instance: int, payload: Any) -> None:
+        heapq.heappush(self.heap, (at, self.seq, kind, instance, payload))
+        self.seq += 1
 
     def _plan(self, inst: SimInstance, now: float) -> None:
         self._push(inst, inst.plan(now))
@@ -244,17 +304,23 @@ class _Run:
                 dispatched_s=now,
                 new_ctx=d.chunk_seq == 1,
             )
+            if self.cfg.dispatch_latency_s > 0:
+                self._event(now + self.cfg.dispatch_latency_s, _ARRIVE, d.instance, chunk)
+                continue
             self.instances[d.instance].enqueue(chunk)
             touched.add(d.instance)
         for i in sorted(touched):
-            inst = self.instances[i]
-            if inst.seg_end is None:
-                self._plan(inst, now)
-            else:
-                before = inst.version
-                end = inst.cut(now)
-                if inst.version != before:
-                    self._push(inst, end)
+            self._wake(self.instances[i], now)
+
+    def _wake(self, inst: SimInstance, now: float) -> None:
+        """New work on `inst`: start a stretch, or cut the current one short."""
+        if inst.seg_end is None:
+            self._plan(inst, now)
+        else:
+            before = inst.version
+            end = inst.cut(now)
+            if inst.version != before:
+                self._push(inst, end)
 
     def _chunk_ended(self, inst: SimInstance, c: Chunk, now: float) -> None:
         r = c.request
@@ -280,8 +346,14 @@ class _Run:
             new = self.estimator.on_request_finished(spec.group_id, st.generated)
             if new is not None:
                 self.core.update_estimate(spec.group_id, new)
-        steps = round(c.done / c.rate) if c.rate > 0 else 0
-        stats = SpecStats(num_steps=steps, num_tokens=n) if c.draft else SpecStats()
+        stats = SpecStats()
+        if self.spec:
+            stats = SpecStats(
+                num_steps=max(1, round(c.num_steps)),
+                num_tokens=n,
+                num_draft_tokens=round(c.num_draft_tokens),
+                num_accepted_tokens=round(c.num_accepted_tokens),
+            )
         self.chunks.append(
             ChunkRecord(
                 request_id=spec.request_id,
@@ -290,7 +362,7 @@ class _Run:
                 chunk_seq=c.chunk_seq,
                 dispatched_s=c.dispatched_s,
                 start_s=max(c.start_s, c.dispatched_s),
-                end_s=now,
+                end_s=c.ended_s,
                 num_new_tokens=n,
                 prompt_len=spec.prompt_len,
                 generated_before=before,
@@ -301,7 +373,7 @@ class _Run:
         )
 
     def run(self, policy_name: str) -> SimResult:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         self.core.add(self.states, 0.0)
         self._dispatch(0.0)
         for inst in self.instances:
@@ -309,15 +381,25 @@ class _Run:
                 self._plan(inst, 0.0)
         now = 0.0
         while self.heap:
-            end, _, i, version = heapq.heappop(self.heap)
+            now, _, kind, i, payload = heapq.heappop(self.heap)
             inst = self.instances[i]
-            if version != inst.version:
+            if kind == _ARRIVE:
+                inst.enqueue(payload)
+                self._wake(inst, now)
                 continue
-            now = end
+            if kind == _RESULT:
+                self._chunk_ended(inst, payload, now)
+                self._dispatch(now)
+                continue
+            if payload != inst.version:
+                continue
             self.num_events += 1
             for c in inst.finish():
-                self._chunk_ended(inst, c, now)
-                self.progress[c.request] = float(self.states[c.request].generated)
+                c.ended_s = now
+                if self.cfg.result_latency_s > 0:
+                    self._event(now + self.cfg.result_latency_s, _RESULT, i, c)
+                else:
+                    self._chunk_ended(inst, c, now)
             self._dispatch(now)
             if inst.seg_end is None:
                 self._plan(inst, now)
@@ -327,6 +409,7 @@ class _Run:
             self._record(policy_name, now),
             dict(self.core.counters),
             time.perf_counter() - start,
+            time.process_time() - cpu,
             self.num_events,
         )
 
@@ -375,6 +458,4 @@ def simulate(
     acceptance: AcceptanceTable | None = None,
 ) -> SimResult:
     """One simulated rollout of ``requests`` under ``policy`` (a ``make_policy`` name)."""
-    if config.spec == "group" and acceptance is None:
-        acceptance = measure_acceptance(g_max=config.g_max)
     return _Run(requests, policy, config, cost, acceptance).run(policy)
