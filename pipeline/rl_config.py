@@ -110,7 +110,12 @@ def rl_topology(cfg: RunConfig, model_path: str, task: Task | None = None) -> Pi
         kind="trainer",
         count=cfg.trainer_ranks,
         options={
-            **({"dist_port": free_port()} if cfg.trainer_ranks > 1 else {}),
+            # ranks on one host share its cores: split the trainer's threads between them
+            **(
+                {"dist_port": free_port(), "num_threads": max(1, 2 // cfg.trainer_ranks)}
+                if cfg.trainer_ranks > 1
+                else {}
+            ),
             "model": gen_table["model"],
             "lr": cfg.lr,
             "kl_coef": cfg.kl_coef,
