@@ -171,10 +171,11 @@ def run(
     console.print(_table(result))
     folder = Path(json_path).parent if json_path else Path(tempfile.mkdtemp())
     folder.mkdir(parents=True, exist_ok=True)
+    out = Path(json_path) if json_path else folder / "sim-seer.json"
+    out.write_text(json.dumps(result, indent=2))  # first: the plot of a big run takes a while
     result["timeline_png"] = str(
         plot_timeline(timelines, folder / "sim-seer-timeline.png", color_by="length")
     )
-    out = Path(json_path) if json_path else folder / "sim-seer.json"
     out.write_text(json.dumps(result, indent=2))
     console.print(f"wrote {out} and {result['timeline_png']}")
     return result
