@@ -87,8 +87,17 @@ class Mailbox:
         return sock
 
     async def send_to(self, role: str, index: int, msg: Message) -> None:
-        """One-way message to actor `role`/`index` (blocks at the high-water mark)."""
+        """One-way message that matters to actor `role`/`index`: waits at the high-water
+        mark for a live peer, raises `PeerGone` at once for a disconnected one."""
         await self.peer(role, index).send(msg)
+
+    def offer(self, role: str, index: int, msg: Message) -> bool:
+        """Best-effort one-way message: dropped (False) when the peer's queue is full, so a
+        dead or slow optional peer (draft store, estimator) never blocks the caller."""
+        try:
+            return self.peer(role, index).offer(msg)
+        except TransportError:
+            return False
 
     async def call(self, role: str, index: int, msg: Message, timeout: float = 10.0) -> Message:
         """Request/reply with actor `role`/`index`; raises the transport's typed errors."""
@@ -109,6 +118,7 @@ class Actor:
         self.num_handled = 0
         self.num_failed = 0
         self.num_rejected = 0
+        self.num_dropped: dict[str, int] = {}  # best-effort messages dropped, per peer role
         self._stop = anyio.Event()
         self._stop_reason = "stopped"
         self._tg: anyio.abc.TaskGroup | None = None
@@ -144,6 +154,16 @@ class Actor:
     async def send_to(self, role: str, index: int, msg: Message) -> None:
         await self.mailbox.send_to(role, index, msg)
 
+    def offer(self, role: str, index: int, msg: Message) -> bool:
+        """Best effort (see `Mailbox.offer`); a dropped message counts in `dropped_<role>`."""
+        if self.mailbox.offer(role, index, msg):
+            return True
+        key = f"dropped_{role}"
+        self.num_dropped[key] = self.num_dropped.get(key, 0) + 1
+        if self.num_dropped[key] in (1, 10, 100) or not self.num_dropped[key] % 1000:
+            self.log.warning("message_dropped", peer=f"{role}-{index}", count=self.num_dropped[key])
+        return False
+
     def has_peer(self, role: str) -> bool:
         """Whether the topology has actors of `role` (for optional peers like "drafts")."""
         return role in self.ctx.peers
@@ -170,7 +190,7 @@ class Actor:
             num_handled=self.num_handled,
             num_failed=self.num_failed,
             num_rejected=self.num_rejected,
-            counters=self.counters(),
+            counters={**self.num_dropped, **self.counters()},
         )
 
     # --- runtime -----------------------------------------------------------------------

@@ -13,6 +13,10 @@ BENCHES = {
     "rollout": "pipeline.bench.rollout",
     "drafts": "pipeline.bench.drafts",
     "scheduler": "pipeline.bench.scheduler",
+    "serve": "pipeline.bench.serve",
+    "faults": "pipeline.bench.faults",
+    "dispatch": "pipeline.bench.dispatch",
+    "layouts": "pipeline.bench.layouts",
 }
 
 
@@ -49,9 +53,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
             ("iterations", args.iterations),
             ("resume", args.resume),
             ("warm_start_steps", args.warm_start_steps),
+            ("trainer_ranks", args.trainer_ranks),
         )
         if v is not None
     }
+    if args.backend or args.sglang_url or args.sglang_command:
+        from pipeline.backend import use_backend
+
+        gen = use_backend(
+            cfg.generator, args.backend, urls=args.sglang_url or (), command=args.sglang_command
+        )
+        changes["generator"] = gen
+        if gen.sglang.urls and gen.backend == "sglang":
+            changes["num_generators"] = len(gen.sglang.urls)
     out = args.out or f"runs/run-{time.strftime('%Y%m%d-%H%M%S')}"
     cfg = dataclasses.replace(cfg, out_dir=out, **changes)
     console.print(
@@ -104,13 +118,30 @@ def _cmd_actor(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     configure_logging(config.log_level)
+    if args.role is None:  # static launch: which actor this is comes from the rank
+        from pipeline.launch_static import actor_for_rank, rank_from_env
+
+        rank = rank_from_env(os.environ)
+        if rank is None:
+            raise ValueError("give --role (and --index), or set SEER_RANK / SLURM_PROCID / RANK")
+        args.role, args.index = actor_for_rank(config, rank)
+    if args.registry:
+        from pipeline.launch_static import run_registered_actor
+
+        run_registered_actor(config, args.role, args.index, args.registry, host=args.host)
+        return 0
     transport = zmq_transport(config)
     actor = build_actor(config, args.role, args.index, transport, in_process=False)
     # SEER_PROFILE="<role>:<path>": cProfile this actor's process (`seer bench scheduler`)
     role, _, path = os.environ.get("SEER_PROFILE", "").partition(":")
     if role != args.role or not path:
         anyio.run(actor.run)
-        return 0
+        # a clean stop is complete (on_stop ran, ActorStopped sent, sockets closed): exit
+        # now rather than wait on interpreter teardown (seen taking over 10 s, until the
+        # launcher's SIGTERM, after every clean stop)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     import cProfile
 
     with cProfile.Profile() as profiler:
@@ -121,7 +152,13 @@ def _cmd_actor(args: argparse.Namespace) -> int:
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     module = importlib.import_module(BENCHES[args.name])
-    if args.name == "rollout":
+    if args.name == "rollout" and args.backend == "sglang":
+        from pipeline.bench import sglang_rollout
+
+        sglang_rollout.run(
+            args.json, quick=args.quick, chunk_size=args.chunk_size, repeats=args.repeats
+        )
+    elif args.name == "rollout":
         module.run(
             args.json,
             quick=args.quick,
@@ -131,10 +168,37 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         )
     elif args.name == "scheduler":
         module.run(args.json, quick=args.quick, repeats=args.repeats, profile=args.profile)
+    elif args.name == "serve":
+        module.run(args.json, quick=args.quick, repeats=args.repeats)
+    elif args.name == "faults":
+        faults = tuple(args.faults.split(",")) if args.faults else None
+        module.run(args.json, quick=args.quick, faults=faults)
     elif args.name == "drafts":
         module.run(args.json, quick=args.quick, repeats=args.repeats, model=args.model)
     else:
         module.run(args.json, quick=args.quick)
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from pipeline.logs import configure_logging
+    from pipeline.serve import ServeOptions, serve
+
+    configure_logging("warning")
+    serve(
+        ServeOptions(
+            model_path=args.model or "",
+            host=args.host,
+            port=args.port,
+            max_batch=args.max_batch,
+            kv_budget_tokens=args.kv_budget_tokens,
+            num_threads=args.num_threads,
+            eos_token_id=args.eos_token_id,
+            step_delay_s=args.step_delay_ms / 1000,
+            api_key=args.api_key or "",
+            incremental_streaming_output=args.incremental_streaming_output,
+        )
+    )
     return 0
 
 
@@ -194,7 +258,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--warm-start-steps", type=int, help="supervised warm start optimiser steps (0: none)"
     )
     run.add_argument("--resume", help="a checkpoint folder of an earlier run")
+    run.add_argument(
+        "--trainer-ranks", type=int, help="data-parallel trainer ranks (torch.distributed)"
+    )
     run.add_argument("--out", help="run folder (default: runs/run-<time>)")
+    run.add_argument("--backend", choices=("builtin", "sglang"), help="the generators' engine")
+    run.add_argument(
+        "--sglang-url",
+        action="append",
+        help="sglang: attach a generator to this server (repeat: one per generator)",
+    )
+    run.add_argument(
+        "--sglang-command",
+        help="sglang: launch each generator's server with this command line ({python}, "
+        "{model}, {host}, {port} filled in; default: python -m sglang.launch_server ...)",
+    )
     run.set_defaults(fn=_cmd_run)
     roll = sub.add_parser("rollout", help="one benchmark rollout: Seer scheduler vs baseline")
     roll.add_argument("--policy", default="baseline", help="compare context_aware with this")
@@ -203,8 +281,10 @@ def build_parser() -> argparse.ArgumentParser:
     roll.set_defaults(fn=_cmd_rollout)
     actor = sub.add_parser("actor", help="start one actor of a topology by hand")
     actor.add_argument("--config", required=True)
-    actor.add_argument("--role", required=True)
+    actor.add_argument("--role", help="default: the rank-th actor (SEER_RANK, SLURM_PROCID...)")
     actor.add_argument("--index", type=int, default=0)
+    actor.add_argument("--registry", help="shared folder where actors publish their addresses")
+    actor.add_argument("--host", default="", help="registry: address to bind (default: outward)")
     actor.set_defaults(fn=_cmd_actor)
     bench = sub.add_parser("bench", help="benchmarks that compare variants side by side")
     bench.add_argument("name", choices=sorted(BENCHES))
@@ -213,11 +293,52 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--trace", help="rollout: replay this recorded trace's workload")
     bench.add_argument("--chunk-size", type=int, default=128, help="rollout: tokens per chunk")
     bench.add_argument(
-        "--repeats", type=int, help="rollout, drafts, scheduler: runs per variant (median)"
+        "--repeats", type=int, help="rollout, drafts, scheduler, serve: runs per variant (median)"
     )
     bench.add_argument("--model", help="drafts: a saved model to roll out (default: warm start)")
+    bench.add_argument(
+        "--backend",
+        choices=("builtin", "sglang"),
+        default="builtin",
+        help="rollout: sglang = the four policies over seer serve (HTTP) beside the builtin",
+    )
     bench.add_argument("--profile", help="scheduler: write a cProfile of the scheduler here")
+    bench.add_argument("--faults", help="faults: comma-separated subset (default: all)")
     bench.set_defaults(fn=_cmd_bench)
+    srv = sub.add_parser(
+        "serve",
+        help="the built-in engine behind SGLang's HTTP API (/generate, weights, loads, ...)",
+        description="Serve the built-in engine with SGLang 0.5.23's HTTP API. --model: a "
+        "safetensors file saved by seer (warm start, checkpoint model.safetensors), a "
+        "Hugging Face Llama/Qwen2 folder, or a checkpoint folder (its hf/). Without --model: the "
+        "default task's cached warm start from runs/cache if `seer run` made one, else a "
+        "FRESH RANDOM model of the default shape (it generates noise).",
+    )
+    srv.add_argument(  # --model-path and --max-running-requests: SGLang's names
+        "--model", "--model-path", help="safetensors file, HF or checkpoint folder (see above)"
+    )
+    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--port", type=int, default=30000, help="0 picks a free port")
+    srv.add_argument(
+        "--max-batch",
+        "--max-running-requests",
+        type=int,
+        default=64,
+        help="requests decoding at once",
+    )
+    srv.add_argument("--kv-budget-tokens", type=int, default=65536)
+    srv.add_argument("--num-threads", type=int, default=1, help="torch threads")
+    srv.add_argument("--eos-token-id", type=int, help="default: the model's or the task's")
+    srv.add_argument(
+        "--step-delay-ms", type=float, default=0.0, help="sleep after each engine step (tests)"
+    )
+    srv.add_argument("--api-key", help="require Authorization: Bearer <key> (not on /health*)")
+    srv.add_argument(
+        "--incremental-streaming-output",
+        action="store_true",
+        help="stream frames carry only the new tokens (SGLang's flag; default cumulative)",
+    )
+    srv.set_defaults(fn=_cmd_serve)
     prof = sub.add_parser("profile", help="measure the built-in engine into a cost table")
     prof.add_argument("--json", default="runs/costmodel_cpu.json", help="write the table here")
     prof.add_argument("--quick", action="store_true", help="a small grid (under a minute)")

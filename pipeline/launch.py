@@ -1,4 +1,4 @@
-"""Two launchers that run the same actor code.
+"""Launchers that run the same actor code: `launch(config, launcher=...)` picks one.
 
 `launch_local(config)`: one OS process per actor (`seer actor ...`), sockets over ipc or
 tcp. It awaits every actor's `ActorReady` (failing fast, with the actor's log tail, if one
@@ -8,7 +8,11 @@ the launcher itself is killed (children get PDEATHSIG and also watch their paren
 `launch_inprocess(config)`: every actor as a task in the caller's event loop over
 in-process channels, for embedding and tests.
 
-Both yield a `Cluster`: the driver's handle to send to, call and receive from actors.
+`launch_ray` (pipeline/launch_ray.py): every actor a Ray actor, placed by Ray, talking
+over tcp + CURVE. `launch_static` (pipeline/launch_static.py): attach to actors started by
+hand or by Slurm/Kubernetes (`seer actor`), at fixed addresses or through a registry.
+
+All yield a `Cluster`: the driver's handle to send to, call and receive from actors.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import IO, Any
 import anyio
 import structlog
 
-from actors.base import Mailbox
+from actors.base import AddressBook, Mailbox
 from pipeline.config import CONTROL, DRIVER, PipelineConfig, save_config
 from pipeline.registry import build_actor, socket_options, validate_topology, zmq_transport
 from transport.channels import RecvChannel, ReplyChannel, Transport
@@ -63,18 +67,30 @@ class ActorStatus:
     num_failed: int = 0
     num_rejected: int = 0
     log_path: Path | None = None
+    lost: bool = False  # died without being asked to stop (a launcher's liveness signal)
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
 
 class Cluster:
     """The driver's view of a running topology."""
 
-    def __init__(self, config: PipelineConfig, transport: Transport) -> None:
+    def __init__(
+        self,
+        config: PipelineConfig,
+        transport: Transport,
+        *,
+        address_of: AddressBook | None = None,
+        inbox: ReplyChannel | None = None,
+        control: RecvChannel | None = None,
+    ) -> None:
+        """`address_of`, `inbox`, `control`: a launcher that learnt the addresses at run
+        time (Ray, static) passes its book and the driver's sockets it bound already."""
         self.config = config
         self.transport = transport
-        self.mailbox = Mailbox(transport, config.address)
-        self.inbox: ReplyChannel = transport.reply(config.address(DRIVER), bind=True)
-        self.control: RecvChannel = transport.pull(config.address(CONTROL), bind=True)
+        self.address_of = address_of or config.address
+        self.mailbox = Mailbox(transport, self.address_of)
+        self.inbox: ReplyChannel = inbox or transport.reply(config.address(DRIVER), bind=True)
+        self.control: RecvChannel = control or transport.pull(config.address(CONTROL), bind=True)
         self.status = {key: ActorStatus(*key) for key in config.topology.instances()}
 
     async def send(self, role: str, index: int, msg: Message) -> None:
@@ -106,6 +122,7 @@ class Cluster:
                 return
             if isinstance(msg, ActorReady):
                 status.ready, status.pid = True, msg.pid
+                status.last_heartbeat = time.monotonic()
             elif isinstance(msg, Heartbeat):
                 status.last_heartbeat = time.monotonic()
                 status.num_handled, status.num_failed = msg.num_handled, msg.num_failed
@@ -119,8 +136,49 @@ class Cluster:
             while until is None or not until():
                 self.note_control(await self.control.recv())
 
+    async def poll_control(self) -> None:
+        """Read the control messages already queued (readiness, heartbeats, stops)."""
+        await self.drain_control(timeout=0.02)
+
+    def trouble(self, role: str, index: int, silent_after_s: float) -> str:
+        """Why actor `role`/`index` looks dead ("" when it looks alive): its process exited,
+        it sent no heartbeat for `silent_after_s`, or it stopped."""
+        status = self.status[(role, index)]
+        code = status.process.poll() if status.process is not None else None
+        if code is not None:
+            return f"{role}-{index} exited with code {code}"
+        if status.stopped:
+            return f"{role}-{index} stopped"
+        silence = time.monotonic() - status.last_heartbeat
+        if status.last_heartbeat and silence > silent_after_s:
+            return f"{role}-{index} sent no heartbeat for {silence:.1f} s"
+        return ""
+
     def not_ready(self) -> list[str]:
         return [f"{r}-{i}" for (r, i), s in self.status.items() if not s.ready]
+
+
+LAUNCHERS = ("local", "inprocess", "ray", "static")
+
+
+def launch(
+    config: PipelineConfig, launcher: str = "local", **kwargs: Any
+) -> contextlib.AbstractAsyncContextManager[Cluster]:
+    """`async with launch(config, "ray") as cluster:` one entry to every launcher; keyword
+    arguments go to the launcher (e.g. `registry=` for static)."""
+    if launcher == "local":
+        return launch_local(config, **kwargs)
+    if launcher == "inprocess":
+        return launch_inprocess(config, **kwargs)
+    if launcher == "ray":
+        from pipeline.launch_ray import launch_ray
+
+        return launch_ray(config, **kwargs)
+    if launcher == "static":
+        from pipeline.launch_static import launch_static
+
+        return launch_static(config, **kwargs)
+    raise ValueError(f"unknown launcher {launcher!r}; use one of {list(LAUNCHERS)}")
 
 
 # --- one process per actor ---------------------------------------------------------------

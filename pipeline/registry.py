@@ -11,7 +11,7 @@ import importlib
 import os
 from typing import Any
 
-from actors.base import Actor, ActorContext
+from actors.base import Actor, ActorContext, AddressBook
 from pipeline.config import CONTROL, ConfigError, PipelineConfig, build_options
 from transport.channels import Transport
 from transport.codec import CodecLimits
@@ -72,21 +72,26 @@ def build_actor(
     transport: Transport,
     *,
     in_process: bool,
+    address_of: AddressBook | None = None,
     **extra: Any,
 ) -> Actor:
+    """Actor `role`/`index` of `config`. `address_of`: where every actor listens, when a
+    launcher learnt it at run time (Ray, a registry) instead of deriving it from `config`;
+    then the actor's own inbox is `address_of(role, index)`, already bound by the launcher."""
     group = config.topology.group(role)
     if not 0 <= index < group.count:
         raise ConfigError(f"actor {role} has indices 0..{group.count - 1}, got {index}")
     cls = resolve_kind(group.kind)
     options = build_options(cls.Options, group.options, f"topology.actors.{role}.options")
+    book = address_of or config.address
     ctx = ActorContext(
         role=role,
         index=index,
-        address=config.address(role, index),
-        address_of=config.address,
+        address=book(role, index),
+        address_of=book,
         transport=transport,
         options=options,
-        control_address=config.address(CONTROL),
+        control_address=book(CONTROL, 0),
         heartbeat_s=config.heartbeat_s,
         stop_timeout_s=config.stop_timeout_s,
         handle_signals=not in_process,

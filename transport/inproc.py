@@ -181,6 +181,18 @@ class InprocRequest(_Channel):
     async def send(self, msg: Message) -> None:
         await self._put((b"", _own(msg), None))
 
+    def offer(self, msg: Message) -> bool:
+        """Best effort: queue `msg` if the receiver has room, else drop it (never waits)."""
+        if self.closed:
+            raise ChannelClosed(f"channel for {self.address} is closed")
+        try:
+            self.ep.send.send_nowait((b"", _own(msg), None))
+        except anyio.WouldBlock:
+            return False
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return False
+        return True
+
     async def call(self, msg: Message, timeout: float = 10.0) -> Message:
         corr = next(self._ids).to_bytes(8, "little")
         back, replies = anyio.create_memory_object_stream[Any](1)

@@ -85,6 +85,16 @@ class ActorStopped(Message):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PeerLost(Message):
+    """A launcher saw actor `role`/`index` die (Ray's liveness: its run ended); sent to the
+    scheduler, which re-queues a lost generator's chunks as when it stops answering."""
+
+    role: str
+    index: int
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Ack(Message):
     """Empty positive reply to a call."""
 
@@ -441,9 +451,25 @@ class WeightsBucket(Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WeightsPublished(Message):
-    """Driver -> scheduler: the weight version every new chunk must be generated with."""
+    """Driver -> scheduler: the weight version every new chunk must be generated with;
+    `missed`: generators that did not take it (unreachable): they get no work until a
+    later publication reaches them."""
 
     version: int
+    missed: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GetLiveGenerators(Message):
+    """Publisher -> scheduler (call): which generators to publish weights to. The scheduler
+    probes the ones it declared lost (a generator that answers again is included)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LiveGenerators(Message):
+    """Scheduler -> publisher: the generators that answer (possibly none)."""
+
+    instances: tuple[int, ...]
 
 
 # --- drafts: generators <-> draft-tree store (Seer's DGDS) ----------------------------
@@ -477,11 +503,25 @@ class GroupCursor(Struct):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SeqLength(Struct):
+    """How many response tokens of sequence `seq` of a group someone holds."""
+
+    group_id: str
+    seq: str
+    length: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SyncDrafts(Message):
     """Generator -> draft store (call): the groups it drafts for, and how far it has
-    replayed each one's log (0 = nothing yet)."""
+    replayed each one's log (0 = nothing yet) in the store it last heard from
+    (`store_id`; another store, e.g. a restarted one, serves its log from the start);
+    `own`: the sequences this generator writes and how many tokens it has sent of each
+    (the store answers with how many it holds, so lost appends are re-sent)."""
 
     groups: tuple[GroupCursor, ...]
+    store_id: str = ""
+    own: tuple[SeqLength, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -504,6 +544,8 @@ class DraftDeltas(Message):
     deltas: tuple[SeqDelta, ...]
     versions: tuple[GroupCursor, ...] = ()
     closed: tuple[str, ...] = ()
+    store_id: str = ""
+    lengths: tuple[SeqLength, ...] = ()  # the store's length of each of the caller's `own`
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -536,6 +578,8 @@ class TrainStep(Message):
     iteration: int
     samples: tuple[TrainSampleSpec, ...]
     expected_version: int
+    # the distribution the samples were drawn from: new logprobs use the same transform
+    sampling: SamplingSpec = SamplingSpec()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -560,6 +604,74 @@ class LoadCheckpoint(Message):
     path: str
 
 
+# --- Earl's data dispatcher: samples stream from where they finish to the trainer rank ----
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SampleData(Struct):
+    """One finished sample as a trainer rank consumes it. `token_ids` (L,) int32 is prompt +
+    completion; `old_logprobs` (L,) float32 and `loss_mask` (L,) uint8 are aligned with it
+    (mask 1 on completion tokens, logprob 0 elsewhere)."""
+
+    request_id: str
+    group_id: str
+    prompt_len: int
+    token_ids: Array
+    old_logprobs: Array
+    loss_mask: Array
+    reward: float
+    weight_versions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SampleDispatched(Message):
+    """Dispatcher -> trainer rank: one sample, sent the moment it finished."""
+
+    iteration: int
+    sample: SampleData
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupAdvantages(Message):
+    """Dispatcher -> each rank holding part of a group, once the group is complete: the
+    advantage of every member (`advantages` (G,) aligned with `request_ids`) and whether the
+    group is flat (all rewards equal: no gradient without a KL term)."""
+
+    iteration: int
+    group_id: str
+    request_ids: tuple[str, ...]
+    advantages: tuple[float, ...]
+    is_flat: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardLayout(Message):
+    """Dispatcher/driver -> every rank, a call: the iteration's layout (which requests each
+    rank holds), the sampling transform of the logprobs, then train; replied with TrainReport.
+    `request_ids` are this rank's; `num_samples`/`num_tokens` are per rank; `num_dropped`
+    counts samples that ended in error (dropped everywhere, never sent)."""
+
+    iteration: int
+    rank: int
+    expected_version: int
+    request_ids: tuple[str, ...]
+    num_samples: tuple[int, ...]
+    num_tokens: tuple[int, ...]
+    num_dropped: int
+    sampling: SamplingSpec
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SamplesBatch(Message):
+    """The centralized path: the driver's gathered batch to rank 0, or rank 0's scatter to a
+    rank, with the advantages of every group (computed by whoever held the whole batch)."""
+
+    iteration: int
+    samples: tuple[SampleData, ...]
+    advantages: tuple[float, ...]
+    is_flat: tuple[bool, ...]
+
+
 REGISTRY: Final[dict[int, type[Message]]] = {
     1: Stop,
     2: ActorReady,
@@ -569,6 +681,7 @@ REGISTRY: Final[dict[int, type[Message]]] = {
     6: ErrorReply,
     7: GetStats,
     8: ActorStats,
+    9: PeerLost,
     10: Ping,
     11: Pong,
     12: TensorBlob,
@@ -586,10 +699,16 @@ REGISTRY: Final[dict[int, type[Message]]] = {
     41: LoadReport,
     42: WeightsBucket,
     43: WeightsPublished,
+    44: GetLiveGenerators,
+    45: LiveGenerators,
     50: TrainStep,
     51: TrainReport,
     52: SaveCheckpoint,
     53: LoadCheckpoint,
+    54: SampleDispatched,
+    55: GroupAdvantages,
+    56: ShardLayout,
+    57: SamplesBatch,
     60: TokensAppended,
     61: SyncDrafts,
     62: DraftDeltas,

@@ -41,11 +41,16 @@ class SocketOptions:
     linger_s: float = 0.5
     limits: CodecLimits = DEFAULT_LIMITS
     heartbeat_s: float = 1.0
+    # a one-way send that matters (`RequestSocket.send`) waits at the high-water mark at most
+    # this long for a peer that stays connected; a disconnected peer fails it at once
+    send_timeout_s: float = 30.0
     curve: CurveKeys | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.hwm <= 0:
             raise ValueError("SocketOptions.hwm must be positive")
+        if self.send_timeout_s <= 0:
+            raise ValueError("SocketOptions.send_timeout_s must be positive")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +68,10 @@ class Incoming:
 
 def _as_bytes(frame: Any) -> bytes:
     return frame.bytes if isinstance(frame, zmq.Frame) else bytes(frame)
+
+
+def _name(msg: Message) -> str:
+    return type(msg).__name__
 
 
 def _prepare_bind(address: str) -> None:
@@ -106,6 +115,10 @@ class _Socket:
                 self._fd_edge = None
                 edge.set()
 
+    # Every 64th operation yields to the event loop (fairness) without taking a
+    # cancellation there: a message already sent or received must not be lost to a timeout
+    # that expires in that yield (a driver polling `recv` with short timeouts would drop it).
+
     async def _send_frames(self, frames: list[Any]) -> None:
         while True:
             if self._async.closed:
@@ -119,7 +132,7 @@ class _Socket:
                 continue
             self._ops += 1
             if not self._ops % _CHECKPOINT_EVERY:
-                await anyio.lowlevel.checkpoint()
+                await anyio.lowlevel.cancel_shielded_checkpoint()
             return
 
     async def _recv_frames(self) -> list[Any]:
@@ -133,8 +146,19 @@ class _Socket:
                 continue
             self._ops += 1
             if not self._ops % _CHECKPOINT_EVERY:
-                await anyio.lowlevel.checkpoint()
+                await anyio.lowlevel.cancel_shielded_checkpoint()
             return frames
+
+    def _try_send_frames(self, frames: list[Any]) -> bool:
+        """Queue `frames` without waiting; False (nothing queued) at the high-water mark."""
+        if self._async.closed:
+            raise ChannelClosed(f"socket for {self.address} is closed")
+        copy = all(type(f) is bytes for f in frames)
+        try:
+            self._sync.send_multipart(frames, zmq.NOBLOCK, copy=copy)
+        except zmq.Again:
+            return False
+        return True
 
     def _recv_now(self) -> list[Any]:
         """One multipart message: the first frame as bytes (small: a copy is cheapest), the
@@ -143,6 +167,13 @@ class _Socket:
         while self._sync.get(zmq.RCVMORE):
             frames.append(self._sync.recv(copy=False))
         return frames
+
+    @property
+    def endpoint(self) -> str:
+        """The address this socket last bound or connected, with a wildcard port resolved
+        (`tcp://10.0.0.5:*` binds a free port; this says which)."""
+        endpoint = self._sync.get(zmq.LAST_ENDPOINT)
+        return endpoint.decode() if isinstance(endpoint, bytes) else str(endpoint)
 
     def close(self) -> None:
         if not self._async.closed:
@@ -179,7 +210,11 @@ class ReplySocket(_Socket):
     async def recv(self) -> Incoming:
         frames = await self._recv_frames()
         if len(frames) < 3:
-            raise ProtocolError(f"request with {len(frames)} frames; expected at least 3")
+            error = ProtocolError(f"request with {len(frames)} frames; expected at least 3")
+            if len(frames) == 2 and _as_bytes(frames[1]) != _ONE_WAY:  # a call: answer it
+                reply = ErrorReply(kind="ProtocolError", detail=str(error))
+                await self._send_reply(frames[0], _as_bytes(frames[1]), reply)
+            raise error
         peer, corr = frames[0], _as_bytes(frames[1])
         try:
             msg = decode(frames[2:], self.options.limits)
@@ -230,8 +265,37 @@ class RequestSocket(_Socket):
         self.state = "connecting"
 
     async def send(self, msg: Message) -> None:
-        """One-way: the peer handles `msg` and sends nothing back."""
-        await self._send_frames([_ONE_WAY, *encode(msg)])
+        """One-way, for messages that matter: the peer handles `msg` and sends nothing back.
+
+        At the high-water mark it waits for the peer to drain, but fails fast with
+        `PeerGone` when the peer has disconnected (a dead peer never drains: waiting would
+        stall the sender forever) or has not drained for `send_timeout_s`."""
+        frames = [_ONE_WAY, *encode(msg)]
+        if self._try_send_frames(frames):
+            await self._checkpoint_sometimes()
+            return
+        deadline = anyio.current_time() + self.options.send_timeout_s
+        while not self._try_send_frames(frames):
+            self._drain_monitor()
+            if self.state == "gone":
+                raise PeerGone(f"peer at {self.address} is disconnected; {_name(msg)} not sent")
+            if anyio.current_time() > deadline:
+                raise PeerGone(
+                    f"peer at {self.address} drained nothing for "
+                    f"{self.options.send_timeout_s:g} s; {_name(msg)} not sent"
+                )
+            await self._wait(zmq.POLLOUT)
+
+    def offer(self, msg: Message) -> bool:
+        """One-way and best effort: queue `msg` if there is room, else drop it. Never waits
+        (for peers whose loss costs quality, never progress: the draft store, the
+        estimator). True when queued. A disconnected peer's queue fills and then drops."""
+        return self._try_send_frames([_ONE_WAY, *encode(msg)])
+
+    async def _checkpoint_sometimes(self) -> None:
+        self._ops += 1
+        if not self._ops % _CHECKPOINT_EVERY:
+            await anyio.lowlevel.cancel_shielded_checkpoint()
 
     async def call(self, msg: Message, timeout: float = 10.0) -> Message:
         """The peer's reply to `msg`; raises `RequestTimeout`, `PeerGone` or `RemoteError`."""

@@ -10,6 +10,11 @@ Pure and synchronous: the generator actor feeds it and moves its messages.
   requests and how far each replica has replayed the group's append log; the store answers
   with the entries after that, which are replayed into the replicas (idempotently: entries
   for tokens a replica already has change nothing; a new epoch means drop and replay).
+- Appends are not trusted to arrive: one dropped at a full queue is re-queued (`rewind`),
+  and each sync tells the store how much of each running request was sent; a store that
+  holds less (an append lost on the way, a restarted store) gets the rest again from this
+  generator's own copy. A different `store_id` (a restarted store) resets the replicas'
+  cursors, so they replay the new store's log from its start.
 
 - `speculate(rid, ...)` drafts from the replica with no network round trip.
 Mode "self" keeps one private tree per request (SuffixDecoding over the request's own
@@ -24,7 +29,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from actors.drafts.suffix_tree import MatcherLike, SpecResult, SuffixTree
-from transport.messages import PROMPT_TAIL_TOKENS, DraftDeltas, GroupCursor, SyncDrafts, TokenAppend
+from transport.messages import (
+    PROMPT_TAIL_TOKENS,
+    DraftDeltas,
+    GroupCursor,
+    SeqLength,
+    SyncDrafts,
+    TokenAppend,
+)
 
 DraftMode = Literal["self", "group"]
 
@@ -123,7 +135,14 @@ class DraftClient:
         self._appends: list[TokenAppend] = []
         self._group_of: dict[str, str] = {}
         self._members: dict[str, set[str]] = {}  # group -> its requests running here
-        self.counters = {"synced_tokens": 0, "misfit_deltas": 0, "closed_groups": 0}
+        self.store_id = ""  # the store the replicas' cursors refer to
+        self.counters = {
+            "synced_tokens": 0,
+            "misfit_deltas": 0,
+            "closed_groups": 0,
+            "resent_appends": 0,
+            "store_changes": 0,
+        }
 
     # ---- requests --------------------------------------------------------------------
     def start(
@@ -234,6 +253,17 @@ class DraftClient:
         )
         run.sent = run.num_tokens
 
+    def rewind(self, appends: Sequence[TokenAppend]) -> None:
+        """These appends never left (dropped at a full queue): send their tokens again."""
+        for a in appends:
+            self._resend_from(a.request_id, a.start)
+
+    def _resend_from(self, request_id: str, start: int) -> None:
+        run = self.running.get(request_id)
+        if run is not None and start < run.sent:
+            run.sent = start
+            self.counters["resent_appends"] += 1
+
     def sync_message(self) -> SyncDrafts | None:
         """What to ask the store for: None in self mode or with nothing running."""
         if self.mode != "group":
@@ -242,7 +272,11 @@ class DraftClient:
         if not groups:
             return None
         cursors = [GroupCursor(group_id=g, version=self.replicas[g].version) for g in groups]
-        return SyncDrafts(groups=tuple(cursors))
+        own = [
+            SeqLength(group_id=run.group, seq=rid, length=run.sent)
+            for rid, run in self.running.items()
+        ]
+        return SyncDrafts(groups=tuple(cursors), store_id=self.store_id, own=tuple(own))
 
     def settle(self) -> None:
         """Bring every running request's tokens into its tree and matcher now."""
@@ -250,6 +284,16 @@ class DraftClient:
             self._settle(request_id, run)
 
     def apply(self, msg: DraftDeltas) -> None:
+        if msg.store_id != self.store_id:  # another store: its log versions start afresh
+            if self.store_id:
+                self.counters["store_changes"] += 1
+            self.store_id = msg.store_id
+            for rep in self.replicas.values():
+                rep.version = 0
+        for held in msg.lengths:
+            run = self.running.get(held.seq)
+            if run is not None and run.group == held.group_id:
+                self._resend_from(held.seq, held.length)
         for d in msg.deltas:
             replica = self.replicas.get(d.group_id)
             if replica is None or d.seq in replica.own:

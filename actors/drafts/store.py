@@ -19,6 +19,7 @@ the same prompt (drafts from the previous iteration; beyond Seer).
 
 from __future__ import annotations
 
+import secrets
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from transport.messages import (
     GroupCursor,
     GroupInfo,
     SeqDelta,
+    SeqLength,
     SyncDrafts,
     TokenAppend,
 )
@@ -110,6 +112,7 @@ class DraftStore:
     ) -> None:
         if history_size < 0:
             raise ValueError(f"history_size must be >= 0, got {history_size}")
+        self.store_id = secrets.token_hex(8)  # a restarted store is another store
         self.max_depth = max_depth
         self.keep_history = keep_history
         self.history_size = history_size
@@ -211,22 +214,41 @@ class DraftStore:
 
     # ---- replicas --------------------------------------------------------------------
     def sync(self, msg: SyncDrafts) -> DraftDeltas:
-        """The log entries each named group has past the replica's version."""
+        """The log entries each named group has past the replica's version (all of them
+        for a replica that last synced with another store: its versions mean nothing
+        here), and how many tokens of each of the caller's own sequences the store holds
+        (fewer than it sent: appends were lost, and it re-sends from its own copy)."""
         deltas: list[SeqDelta] = []
         versions: list[GroupCursor] = []
         closed: list[str] = []
+        same_store = msg.store_id == self.store_id
         for cur in msg.groups:
             group = self.groups.get(cur.group_id)
             if group is None:
                 if cur.group_id in self._closed:
                     closed.append(cur.group_id)
                 continue
-            if cur.version < len(group.log):
-                new = group.log[max(cur.version, 0) :]
+            since = max(cur.version, 0) if same_store else 0
+            if since < len(group.log) or not same_store:
+                new = group.log[since:]
                 deltas.extend(new)
                 self.counters["synced_tokens"] += sum(len(d.token_ids) for d in new)
                 versions.append(GroupCursor(group_id=cur.group_id, version=len(group.log)))
-        return DraftDeltas(deltas=tuple(deltas), versions=tuple(versions), closed=tuple(closed))
+        lengths = []
+        for own in msg.own:
+            group = self.groups.get(own.group_id)
+            if own.group_id in self._closed:
+                continue
+            seq = group.seqs.get(own.seq) if group is not None else None
+            held = len(seq.tokens) if seq is not None else 0
+            lengths.append(SeqLength(group_id=own.group_id, seq=own.seq, length=held))
+        return DraftDeltas(
+            deltas=tuple(deltas),
+            versions=tuple(versions),
+            closed=tuple(closed),
+            store_id=self.store_id,
+            lengths=tuple(lengths),
+        )
 
     # ---- internals -------------------------------------------------------------------
     def _new_group(self, gid: str, prompt_id: str, tail: tuple[int, ...]) -> GroupLog:

@@ -3,7 +3,10 @@
 Consumes `GroupsOpened` (splitter) and `RequestFinished` (scheduler). Emits
 `EstimateUpdated` to the scheduler whenever a group's estimate changes (the longest
 finished sibling so far), with the running average context length (for a parallelism
-selector, planned). A finished request of an unknown group is logged and dropped.
+selector, planned). With `use_prior`, a group whose prompt finished before starts at that
+prompt's longest output: the estimate is sent when the group opens (the scheduler keeps
+estimates that arrive before their rollout's requests). A finished request of an unknown
+group is logged and dropped.
 """
 
 from __future__ import annotations
@@ -38,6 +41,15 @@ class LengthEstimatorActor(Actor):
         for group in msg.groups:
             self.core.open_group(group.group_id, group.prompt_id, group.size)
             self.open[group.group_id] = group.size
+            start = self.core.estimate(group.group_id)
+            if start != msg.generation_limit:  # a prior (use_prior): tell the scheduler now
+                update = EstimateUpdated(
+                    rollout_id=msg.rollout_id,
+                    group_id=group.group_id,
+                    estimate=start,
+                    average_context_len=self.core.average_context_len,
+                )
+                await self.send_to("scheduler", 0, update)
 
     async def handle_request_finished(self, msg: RequestFinished) -> None:
         if self.core is None or msg.group_id not in self.open:

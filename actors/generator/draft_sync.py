@@ -4,8 +4,10 @@ Every `spec.sync_interval_s` it pushes this generator's new tokens to the store
 (`TokensAppended`, one-way) and pulls what its replicas lack (`SyncDrafts`, a call answered
 with `DraftDeltas`). While the batch is too large for drafts to pay it pushes 10x less
 often and pulls 40x less often (the first pull after catches up). A store that does not
-answer costs drafts, never progress: decoding goes on with what the replicas hold (this
-generator's own requests) and the sync retries.
+answer costs drafts, never progress: appends are offered, never awaited (a full queue
+drops them, and they are re-sent later), decoding goes on with what the replicas hold
+(this generator's own requests) and the sync retries; a restarted store is refilled from
+this generator's own copy of its requests (see `DraftClient`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class DraftSync:
         self.log = log
         self.is_store_ok = True
         self.num_store_failures = 0
+        self.num_dropped_appends = 0
 
     async def run(self) -> None:
         """Push and pull forever (cancelled with the actor); never blocks decoding."""
@@ -53,9 +56,10 @@ class DraftSync:
         appends = self.client.take_appends()
         request = self.client.sync_message() if pull else None
         try:
+            if appends and not self.mailbox.offer("drafts", 0, TokensAppended(appends=appends)):
+                self.client.rewind(appends)  # the store's queue is full: they go next time
+                self.num_dropped_appends += 1
             with anyio.fail_after(cfg.store_timeout_s):
-                if appends:
-                    await self.mailbox.send_to("drafts", 0, TokensAppended(appends=appends))
                 if request is not None:
                     reply = await self.mailbox.call("drafts", 0, request, cfg.store_timeout_s)
                     if isinstance(reply, DraftDeltas):

@@ -9,11 +9,21 @@ this shell keeps each request's tokens, logprobs and timing, and the rollout rec
 
 A chunk result for an unknown request, or a stale/duplicate one (wrong chunk sequence), is
 logged, counted and dropped without touching any sample. A chunk that ends in an engine
-error finishes its sample with finish reason "error", keeping the tokens already made.
+error finishes its sample with finish reason "error", keeping the tokens already made; so
+does a result refused at the boundary (more tokens than the chunk allowed, a logprob count
+that differs from the token count). Any other handler failure during a rollout fails the
+rollout (`RolloutFailed` to the driver) instead of leaving it running forever.
+
+No stall on a dead peer: the estimator and the draft store are best-effort peers (their
+messages are offered and dropped when their queue is full); a chunk that cannot reach its
+generator (`PeerGone`) marks the generator lost and re-queues its work. Weights: a
+generator that missed a publication (or comes back from the dead with other weights) gets
+no work until a publication reaches it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,16 +36,19 @@ from actors.scheduler.options import SchedulerOptions
 from actors.scheduler.policy import make_policy
 from actors.scheduler.runbook import RunBook
 from actors.scheduler.wire import chunk_assigned, instance_load, request_state
-from transport.errors import TransportError
+from transport.errors import PeerGone, TransportError
 from transport.messages import (
     ChunkFinished,
     EndRollout,
     EstimateUpdated,
+    GetLiveGenerators,
     GetLoad,
     GroupsClosed,
+    LiveGenerators,
     LoadInfo,
     LoadReport,
     Message,
+    PeerLost,
     RequestFinished,
     RequestsAdded,
     RolloutFailed,
@@ -68,6 +81,10 @@ class SchedulerActor(Actor):
         self.num_generators = self.num_peers("generator")
         self.last_loads: dict[int, LoadInfo] = {}
         self.down: set[int] = set()  # generators that stopped answering
+        self.num_refused_results = 0
+        # estimates that arrived before their rollout's requests (the estimator can answer
+        # `GroupsOpened` before the splitter's `RequestsAdded` gets here): rollout -> group
+        self.early_estimates: dict[str, dict[str, int]] = {}
 
     def handlers(self) -> Mapping[type[Message], Handler]:
         return {
@@ -75,6 +92,8 @@ class SchedulerActor(Actor):
             ChunkFinished: self.handle_chunk_finished,
             EstimateUpdated: self.handle_estimate_updated,
             WeightsPublished: self.handle_weights_published,
+            PeerLost: self.handle_peer_lost,
+            GetLiveGenerators: self.handle_get_live_generators,
         }
 
     def counters(self) -> dict[str, float]:
@@ -83,11 +102,43 @@ class SchedulerActor(Actor):
             for k, v in self.current.core.counters.items():
                 out[k] = out.get(k, 0.0) + v
         out["unknown_results"] = self.num_unknown_results
+        out["refused_results"] = self.num_refused_results
         out["generators_lost"] = len(self.down)
         return out
 
     async def handle_weights_published(self, msg: WeightsPublished) -> None:
         self.weight_version = msg.version
+        for i in msg.missed:
+            if 0 <= i < self.num_generators and i not in self.down:
+                self.down.add(i)
+                self.log.warning("generator_missed_weights", instance=i, version=msg.version)
+                if self.current is not None:
+                    await self._lose(self.current, i, "missed weights")
+
+    async def handle_get_live_generators(self, msg: GetLiveGenerators) -> LiveGenerators:
+        """The generators to publish to: the live ones, and lost ones that answer again
+        (they take the new weights and are back; see `_load_or_last`)."""
+        live = []
+        for i in range(self.num_generators):
+            if i not in self.down:
+                live.append(i)
+                continue
+            try:
+                await self._load(i, timeout=self.opts.health_timeout_s)
+            except TransportError:
+                continue
+            live.append(i)
+        return LiveGenerators(instances=tuple(live))
+
+    async def handle_peer_lost(self, msg: PeerLost) -> None:
+        """A launcher saw a generator die (Ray's liveness): the path of a generator that
+        stops answering, without waiting for the health check."""
+        i = msg.index
+        if msg.role != "generator" or not 0 <= i < self.num_generators or i in self.down:
+            return
+        self.down.add(i)
+        if self.current is not None:
+            await self._lose(self.current, i, msg.reason or "reported lost by the launcher")
 
     async def handle_requests_added(self, msg: RequestsAdded) -> None:
         if self.current is not None:
@@ -101,10 +152,17 @@ class SchedulerActor(Actor):
             reason = f"{type(exc).__name__}: {exc}"
             await self.send_to("driver", 0, RolloutFailed(rollout_id=msg.rollout_id, reason=reason))
             raise
+        finally:
+            self.early_estimates.pop(msg.rollout_id, None)
 
     async def _start(self, msg: RequestsAdded) -> None:
         name = msg.policy or self.opts.policy
         limit = max(r.sampling.max_new_tokens for r in msg.requests)
+        if name == "oracle" and not all(r.forced_len for r in msg.requests):
+            raise ValueError(
+                "policy 'oracle' needs every request's true length (forced lengths, as the "
+                "benchmarks set); without them it would silently be 'fewest generated first'"
+            )
         true_lengths = {r.request_id: r.forced_len or limit for r in msg.requests}
         policy = make_policy(
             name,
@@ -112,7 +170,6 @@ class SchedulerActor(Actor):
             max_new_tokens=limit,
             true_lengths=true_lengths if name == "oracle" else None,
             starvation_s=self.opts.starvation_s,
-            starvation_every=self.opts.starvation_every,
         )
         core = SchedulerCore(
             policy,
@@ -135,6 +192,8 @@ class SchedulerActor(Actor):
             core.requeue_instance(i, 0.0, mark_down=True)
         now = time.time() - start
         core.add([request_state(r, i) for i, r in enumerate(msg.requests)], now)
+        for group_id, estimate in self.early_estimates.get(msg.rollout_id, {}).items():
+            core.update_estimate(group_id, estimate)
         book.arrive([r.request_id for r in msg.requests], now)
         self.log.info(
             "rollout_started", rollout=msg.rollout_id, policy=name, requests=len(msg.requests)
@@ -143,6 +202,11 @@ class SchedulerActor(Actor):
 
     async def handle_estimate_updated(self, msg: EstimateUpdated) -> None:
         if self.current is None or msg.rollout_id != self.current.rollout_id:
+            if self.current is None:  # its RequestsAdded is on the way: keep it (one rollout)
+                early = self.early_estimates
+                if msg.rollout_id not in early:
+                    early.clear()
+                early.setdefault(msg.rollout_id, {})[msg.group_id] = msg.estimate
             return
         self.current.core.update_estimate(msg.group_id, msg.estimate)
         await self._send_chunks()
@@ -153,7 +217,35 @@ class SchedulerActor(Actor):
             self.num_unknown_results += 1
             self.log.warning("chunk_result_unknown", request=msg.request_id, rollout=msg.rollout_id)
             return
+        try:
+            await self._on_chunk_finished(run, msg)
+        except Exception as exc:
+            if self.current is run:  # fail the rollout rather than leave it running forever
+                await self._abandon(run, f"scheduler failed on a chunk result: {exc!r}")
+            raise
+
+    def _refusal(self, run: ActiveRollout, msg: ChunkFinished) -> str:
+        """Why a chunk result cannot be taken as it is ("" when it can)."""
+        if len(msg.logprobs) != len(msg.token_ids):
+            return f"{len(msg.logprobs)} logprobs for {len(msg.token_ids)} tokens"
+        allowed = run.core.chunk_allowance(msg.request_id, msg.instance, msg.chunk_seq)
+        if allowed is not None and len(msg.token_ids) > allowed:
+            return f"{len(msg.token_ids)} new tokens, the chunk allowed {allowed}"
+        return ""
+
+    async def _on_chunk_finished(self, run: ActiveRollout, msg: ChunkFinished) -> None:
         now = time.time() - run.book.start
+        try:
+            refusal = self._refusal(run, msg)
+        except UnknownRequestError:
+            refusal = ""  # counted below
+        if refusal:  # the sample ends in "error", keeping what it had
+            self.num_refused_results += 1
+            self.log.warning("chunk_result_refused", request=msg.request_id, reason=refusal)
+            error = f"result refused: {refusal}"
+            msg = dataclasses.replace(
+                msg, token_ids=(), logprobs=(), finish_reason="error", error=error
+            )
         finished = msg.finish_reason != "chunk"
         try:
             verdict = run.core.on_chunk_finished(
@@ -182,31 +274,53 @@ class SchedulerActor(Actor):
                 output_len=output_len,
                 context_len=len(spec.prompt_ids) + output_len,
             )
-            await self.send_to("estimator", 0, done)
-            await self._group_progress(run, spec.group_id)
+            self.offer("estimator", 0, done)
+            self._group_progress(run, spec.group_id)
         if run.core.is_done:
             await self._finish(run)
         else:
             await self._send_chunks()
 
-    async def _group_progress(self, run: ActiveRollout, group_id: str) -> None:
+    def _group_progress(self, run: ActiveRollout, group_id: str) -> None:
         """The draft store frees a group's tree once all of its samples are done."""
         run.unfinished[group_id] -= 1
         if run.unfinished[group_id] == 0 and self.has_peer("drafts"):
             closed = GroupsClosed(rollout_id=run.rollout_id, group_ids=(group_id,))
-            await self.send_to("drafts", 0, closed)
+            self.offer("drafts", 0, closed)
 
     async def _send_chunks(self) -> None:
         run = self.current
         if run is None:
             return
+        lost: list[int] = []
         now = time.time() - run.book.start
         for d in run.core.next_dispatches(now):
             spec = run.book.specs[d.request_id]
             generated = tuple(run.book.tokens[d.request_id])
             run.dispatched[(d.request_id, d.chunk_seq)] = now
             msg = chunk_assigned(run.rollout_id, d, spec, generated, self.weight_version)
-            await self.send_to("generator", d.instance, msg)
+            if d.instance in lost:
+                continue  # re-queued below with the rest of its chunks
+            try:
+                await self.send_to("generator", d.instance, msg)
+            except PeerGone as exc:
+                self.log.error("chunk_undeliverable", instance=d.instance, error=str(exc))
+                lost.append(d.instance)
+        for i in lost:
+            self.down.add(i)
+            if self.current is run:
+                await self._lose(run, i, "chunk undeliverable")
+
+    async def _lose(self, run: ActiveRollout, instance: int, why: str) -> None:
+        """Generator `instance` is lost: its chunks go back to waiting and run elsewhere
+        (the rollout fails when no generator is left)."""
+        now = time.time() - run.book.start
+        ids = run.core.requeue_instance(instance, now, mark_down=True)
+        self.log.error("generator_lost", instance=instance, error=why, requeued=len(ids))
+        if len(self.down) >= self.num_generators:
+            await self._abandon(run, "every generator stopped answering")
+            return
+        await self._send_chunks()
 
     async def _finish(self, run: ActiveRollout) -> None:
         self.current = None
@@ -219,9 +333,12 @@ class SchedulerActor(Actor):
             if i in self.down:
                 continue
             ids = tuple(run.book.specs)
-            await self.send_to(
-                "generator", i, EndRollout(rollout_id=run.rollout_id, request_ids=ids)
-            )
+            try:
+                await self.send_to(
+                    "generator", i, EndRollout(rollout_id=run.rollout_id, request_ids=ids)
+                )
+            except PeerGone as exc:  # it is noticed (and lost) when the next rollout starts
+                self.log.warning("end_rollout_undeliverable", instance=i, error=str(exc))
         self.log.info(
             "rollout_finished",
             rollout=run.rollout_id,
@@ -252,9 +369,16 @@ class SchedulerActor(Actor):
         except TransportError:
             self.down.add(instance)
         else:
-            if instance in self.down:
+            if instance in self.down and report.weight_version == self.weight_version:
                 self.down.discard(instance)
                 self.log.warning("generator_back", instance=instance)
+            elif instance in self.down:  # no work before the current weights reach it
+                self.log.warning(
+                    "generator_back_stale_weights",
+                    instance=instance,
+                    has=report.weight_version,
+                    current=self.weight_version,
+                )
             return report
         if instance not in self.last_loads:
             raise RuntimeError(f"generator {instance} is not answering")
@@ -280,10 +404,6 @@ class SchedulerActor(Actor):
                     self.down.add(i)
                     if self.current is not run:
                         break
-                    now = time.time() - run.book.start
-                    ids = run.core.requeue_instance(i, now, mark_down=True)
-                    self.log.error("generator_lost", instance=i, error=str(exc), requeued=len(ids))
-                    if len(self.down) == self.num_generators:
-                        await self._abandon(run, "every generator stopped answering")
+                    await self._lose(run, i, str(exc))
+                    if self.current is not run:
                         break
-                    await self._send_chunks()

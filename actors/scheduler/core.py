@@ -155,6 +155,15 @@ class SchedulerCore:
         if self._index is not None:
             self._index.rerank_group(group_id)
 
+    def chunk_allowance(self, request_id: str, instance: int, chunk_seq: int) -> int | None:
+        """How many new tokens the chunk `chunk_seq` of `request_id` on `instance` may
+        report; None when that chunk is not the one running (a stale result)."""
+        req = self.request(request_id)
+        flight = self._flights.get(request_id)
+        if flight is None or req.chunk_seq != chunk_seq or req.instance != instance:
+            return None
+        return flight.max_tokens
+
     def on_chunk_finished(
         self,
         request_id: str,

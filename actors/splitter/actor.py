@@ -2,9 +2,10 @@
 
 Consumes `PromptBatch` (driver). Emits `GroupsOpened` to the length estimator (and the
 draft store, when the topology has one) first, then one `RequestsAdded` with every request
-to the scheduler. The splitting itself is `actors.splitter.core.split`. Bad batches are
-refused with a `ValueError` (the caller of a `call` gets it as a `RemoteError`) and
-nothing is emitted.
+to the scheduler. The estimator and the store are best-effort peers: their messages are
+dropped (and counted) when their queue is full, so a dead one never blocks a rollout.
+The splitting itself is `actors.splitter.core.split`. Bad batches are refused with a
+`ValueError` (the caller of a `call` gets it as a `RemoteError`) and nothing is emitted.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ class RequestSplitter(Actor):
         opened = GroupsOpened(
             rollout_id=msg.rollout_id, groups=groups, generation_limit=msg.sampling.max_new_tokens
         )
-        await self.send_to("estimator", 0, opened)
+        self.offer("estimator", 0, opened)  # best-effort peers: never block the rollout
         if self.has_peer("drafts"):
-            await self.send_to("drafts", 0, opened)
+            self.offer("drafts", 0, opened)
         added = RequestsAdded(rollout_id=msg.rollout_id, requests=requests, policy=msg.policy)
         await self.send_to("scheduler", 0, added)
         self.log.info(

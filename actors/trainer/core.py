@@ -22,6 +22,10 @@ Contract of ``step(samples, expected_version=v)``:
   whose gradients accumulate, weighted so the result equals the unsplit mini-batch loss;
   then the gradient norm is clipped to ``max_grad_norm`` and AdamW steps.
 - A non-finite gradient raises ``FloatingPointError`` without stepping.
+- **Same distribution as the rollout.** ``sampling`` (temperature, top-k, top-p) transforms
+  the logits before the new (and reference) logprobs, exactly as the generator's sampler
+  did for the old ones (``transformed_logits``); temperature 0 (greedy) and the default
+  use the model's own distribution.
 - On success ``version`` increments: it is the version the new weights carry.
 
 ``torch.set_num_threads`` and the model's device are the caller's business. The reference
@@ -34,15 +38,36 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from actors.generator.builtin.sampler import transformed_logits
 from actors.model import LlamaModel
 from actors.trainer.batch import TrainBatch, TrainSample, make_batch
 from actors.trainer.grpo import LengthNorm, grpo_loss, token_logprobs
 
 _STEP_STATS = ("loss", "grad_norm", "clip_fraction", "approx_kl", "kl_ref", "mean_ratio")
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingTransform:
+    """The distribution the rollout sampled from (temperature, top-k, top-p): new logprobs
+    are computed under the same transform as the generator's recorded ones, so the first
+    importance ratio of an on-policy step is 1 at any temperature."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
+            raise ValueError(f"invalid sampling transform {self}")
+
+    @property
+    def is_identity(self) -> bool:
+        return self.temperature in (0.0, 1.0) and self.top_k == 0 and self.top_p >= 1.0
 
 
 class OffPolicyError(ValueError):
@@ -93,6 +118,7 @@ class GRPOTrainer:
         self.length_norm: LengthNorm = length_norm
         self.generator = torch.Generator().manual_seed(seed)
         self.version = 0
+        self.sampling = SamplingTransform()
 
     def state_dict(self) -> dict[str, Tensor]:
         """A detached copy of the model's weights (safe to publish while training goes on)."""
@@ -112,12 +138,19 @@ class GRPOTrainer:
                     f"weight versions {sorted(versions)}, expected only {expected_version}"
                 )
 
-    def step(self, samples: Sequence[TrainSample], *, expected_version: int) -> dict[str, float]:
+    def step(
+        self,
+        samples: Sequence[TrainSample],
+        *,
+        expected_version: int,
+        sampling: SamplingTransform | None = None,
+    ) -> dict[str, float]:
         """One GRPO update on one rollout's samples; see the module docstring."""
         start = time.perf_counter()
         if not samples:
             raise ValueError("step needs at least one sample")
         self.check_on_policy(samples, expected_version)
+        self.sampling = sampling or SamplingTransform()
         batch = make_batch(samples, self.pad_id)
         rows, num_skipped = self._rows_to_train(samples)
         per_step: list[dict[str, float]] = []
@@ -187,12 +220,16 @@ class GRPOTrainer:
         return totals | {"grad_norm": grad_norm}
 
     def _micro_loss(self, micro: TrainBatch) -> tuple[Tensor, dict[str, float]]:
-        logits = self.model(micro.input_ids)  # (b, t, V)
+        t = self.sampling
+        logits = transformed_logits(self.model(micro.input_ids), t.temperature, t.top_k, t.top_p)
         new_logprobs = token_logprobs(logits, micro.targets)  # (b, t)
         ref_logprobs = None
         if self.ref_model is not None:
             with torch.no_grad():
-                ref_logprobs = token_logprobs(self.ref_model(micro.input_ids), micro.targets)
+                ref = transformed_logits(
+                    self.ref_model(micro.input_ids), t.temperature, t.top_k, t.top_p
+                )
+                ref_logprobs = token_logprobs(ref, micro.targets)
         return grpo_loss(
             new_logprobs,
             micro.old_logprobs,

@@ -2,18 +2,33 @@
 
 Each bucket is one `WeightsBucket` call (tensors travel as raw frames, never pickled); the
 last bucket of a version commits it, and the generator answers only after swapping, so
-when `publish_weights` returns every generator serves the new version. Then the scheduler
-is told (`WeightsPublished`, also a call) which version new chunks must carry.
+when `publish_weights` returns every generator it reached serves the new version. Then the
+scheduler is told (`WeightsPublished`, also a call) which version new chunks must carry.
+
+Only live generators are published to: the scheduler names them (`GetLiveGenerators`; it
+probes the ones it declared lost). A generator that fails during publication is skipped,
+not fatal: the scheduler hears it `missed` the version and gives it no work until a later
+publication reaches it. No live generator at all is not an error either.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+import structlog
 import torch
 
 from actors.base import Mailbox
-from transport.messages import Array, WeightsBucket, WeightsPublished
+from transport.errors import TransportError
+from transport.messages import (
+    Array,
+    GetLiveGenerators,
+    LiveGenerators,
+    WeightsBucket,
+    WeightsPublished,
+)
+
+log = structlog.get_logger()
 
 
 def buckets(state: Mapping[str, torch.Tensor], limit: int) -> Iterator[dict[str, Array]]:
@@ -38,12 +53,39 @@ async def publish_weights(
     num_generators: int,
     bucket_bytes: int = 16 << 20,
     timeout_s: float = 300.0,
-) -> None:
+    notify_scheduler: bool = True,
+) -> tuple[int, ...]:
+    """Publish `version` to the generators the scheduler holds live; returns those that
+    missed it. Without a scheduler (`notify_scheduler=False`: trainer ranks alone) every
+    generator is called and a failure raises."""
     parts = list(buckets(state, bucket_bytes))
-    for index in range(num_generators):
-        for b, tensors in enumerate(parts):
-            msg = WeightsBucket(
-                version=version, bucket=b, tensors=tensors, is_last=b == len(parts) - 1
-            )
-            await mailbox.call("generator", index, msg, timeout_s)
-    await mailbox.call("scheduler", 0, WeightsPublished(version=version), timeout_s)
+    if not notify_scheduler:
+        for index in range(num_generators):
+            for b, tensors in enumerate(parts):
+                msg = WeightsBucket(
+                    version=version, bucket=b, tensors=tensors, is_last=b == len(parts) - 1
+                )
+                await mailbox.call("generator", index, msg, timeout_s)
+        return ()
+    live = await live_generators(mailbox, num_generators, timeout_s)
+    missed = [i for i in range(num_generators) if i not in live]
+    for index in live:
+        try:
+            for b, tensors in enumerate(parts):
+                msg = WeightsBucket(
+                    version=version, bucket=b, tensors=tensors, is_last=b == len(parts) - 1
+                )
+                await mailbox.call("generator", index, msg, timeout_s)
+        except TransportError as exc:
+            log.warning("weights_missed", generator=index, version=version, error=str(exc))
+            missed.append(index)
+    published = WeightsPublished(version=version, missed=tuple(sorted(missed)))
+    await mailbox.call("scheduler", 0, published, timeout_s)
+    return published.missed
+
+
+async def live_generators(mailbox: Mailbox, num_generators: int, timeout_s: float) -> list[int]:
+    reply = await mailbox.call("scheduler", 0, GetLiveGenerators(), timeout_s)
+    if not isinstance(reply, LiveGenerators):
+        raise TransportError(f"scheduler answered GetLiveGenerators with {type(reply).__name__}")
+    return [i for i in reply.instances if 0 <= i < num_generators]

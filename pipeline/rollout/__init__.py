@@ -13,6 +13,7 @@ from pipeline.rollout.api import (
     Rollout,
     RolloutError,
     RolloutResult,
+    SchedulerLost,
     rollout_config,
 )
 from pipeline.rollout.metrics import compute_metrics, save_metrics
@@ -33,6 +34,7 @@ __all__ = [
     "Rollout",
     "RolloutError",
     "RolloutResult",
+    "SchedulerLost",
     "Workload",
     "WorkloadPrompt",
     "compute_metrics",

@@ -5,8 +5,10 @@
         await rollout.update_weights(model.state_dict(), version=1)
 
 `Rollout(config)` launches the rollout actors (splitter, estimator, scheduler, generators)
-as local processes (`mode="local"`) or in this event loop (`mode="inprocess"`), and stops
-them on exit. `generate` returns one `Group` per prompt, each with `group_size` samples
+as local processes (`mode="local"`), in this event loop (`mode="inprocess"`), as Ray actors
+(`mode="ray"`) or attaches to actors started elsewhere (`mode="static"`; `launcher_options`
+go to the launcher, e.g. `{"registry": folder}`), and stops them on exit. `generate`
+returns one `Group` per prompt, each with `group_size` samples
 (token ids, logprobs, finish reason, weight versions, timing), and refuses an off-policy
 sample: every chunk of every sample must carry the version last published.
 `update_weights` sends the state dict to every generator in bounded buckets and publishes
@@ -22,13 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import anyio
 import torch
 
 from actors.drafts.options import SpecConfig
 from actors.trainer.core import OffPolicyError as OffPolicyError  # raised by generate()
 from actors.trainer.publish import publish_weights
+from pipeline.backend import server_start_s
 from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfig
-from pipeline.launch import Cluster, launch_inprocess, launch_local
+from pipeline.launch import Cluster, launch
 from pipeline.rollout.metrics import compute_metrics, save_metrics
 from pipeline.rollout.plot import plot_timeline
 from pipeline.rollout.trace import save_trace
@@ -46,6 +50,11 @@ from transport.messages import (
 
 class RolloutError(RuntimeError):
     """The rollout actors could not complete a rollout."""
+
+
+class SchedulerLost(RolloutError):
+    """The scheduler died, went silent (no heartbeat) or failed handling a message while a
+    rollout was running: the rollout cannot finish, and the driver stops waiting for it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +125,9 @@ def rollout_config(
         store = ActorGroup(role="drafts", kind="drafts", options=dict(drafts or {}))
         topology = Topology(actors=(*topology.actors, store))
     extra: dict[str, Any] = {} if run_id is None else {"run_id": run_id}
+    wait = server_start_s(gen_opts)
+    if wait:  # generators that launch their server report ready once it serves
+        extra["ready_timeout_s"] = wait
     return PipelineConfig(topology=topology, transport=TransportConfig(run_dir=run_dir), **extra)
 
 
@@ -126,22 +138,26 @@ class Rollout:
         self,
         config: PipelineConfig,
         *,
-        mode: Literal["local", "inprocess"] = "local",
+        mode: Literal["local", "inprocess", "ray", "static"] = "local",
         bucket_bytes: int = 16 << 20,
         timeout_s: float = 3600.0,
+        scheduler_silence_s: float = 10.0,
+        launcher_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.config = config
         self.mode = mode
+        self.launcher_options = dict(launcher_options or {})
         self.bucket_bytes = bucket_bytes
         self.timeout_s = timeout_s
+        self.scheduler_silence_s = scheduler_silence_s
         self.weight_version = 0
         self.cluster: Cluster | None = None
         self._ids = itertools.count()
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> Rollout:
-        launch = launch_local if self.mode == "local" else launch_inprocess
-        self.cluster = await self._stack.enter_async_context(launch(self.config))
+        launched = launch(self.config, self.mode, **self.launcher_options)
+        self.cluster = await self._stack.enter_async_context(launched)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -189,14 +205,36 @@ class Rollout:
             sampling=sampling or SamplingSpec(),
             policy=policy,
         )
+        await cluster.poll_control()
+        failed_before = cluster.status[("scheduler", 0)].num_failed
         await cluster.call("splitter", 0, batch, timeout=30)
+        msg = await self._await_result(cluster, rollout_id, failed_before)
+        return RolloutResult(self._groups(specs, msg.samples), msg.record)
+
+    async def _await_result(
+        self, cluster: Cluster, rollout_id: str, failed_before: int
+    ) -> RolloutFinished:
+        """The rollout's result, watching the scheduler meanwhile: `SchedulerLost` within
+        seconds when it dies, goes silent or fails on a message (it would never answer)."""
+        deadline = anyio.current_time() + self.timeout_s
         while True:
-            msg = await cluster.recv(timeout=self.timeout_s)
+            try:
+                msg = await cluster.recv(timeout=0.5)
+            except TimeoutError:
+                if anyio.current_time() > deadline:
+                    raise
+                await cluster.poll_control()
+                trouble = cluster.trouble("scheduler", 0, self.scheduler_silence_s)
+                failed = cluster.status[("scheduler", 0)].num_failed
+                if not trouble and failed > failed_before:
+                    trouble = f"scheduler-0 failed handling {failed - failed_before} message(s)"
+                if trouble:
+                    raise SchedulerLost(f"rollout {rollout_id} abandoned: {trouble}") from None
+                continue
             if isinstance(msg, RolloutFailed) and msg.rollout_id == rollout_id:
                 raise RolloutError(msg.reason)
             if isinstance(msg, RolloutFinished) and msg.rollout_id == rollout_id:
-                break
-        return RolloutResult(self._groups(specs, msg.samples), msg.record)
+                return msg
 
     def _groups(self, specs: Sequence[PromptSpec], samples: Sequence[SampleResult]) -> list[Group]:
         """Samples by prompt; a sample with any chunk not of the published version (or one

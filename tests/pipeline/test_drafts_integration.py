@@ -32,21 +32,38 @@ VARIANTS = {
 
 
 async def _samples(
-    tmp_path: Path, variant: dict[str, Any], sampling: SamplingSpec
+    tmp_path: Path,
+    variant: dict[str, Any],
+    sampling: SamplingSpec,
+    rounds: int = 1,
+    drafts: dict[str, Any] | None = None,
 ) -> tuple[list[tuple[int, ...]], dict[str, Any]]:
+    """The samples and metrics of the last of `rounds` rollouts of PROMPTS in one cluster."""
     config = rollout_config(
-        num_generators=2, chunk_size=16, generator={**TINY, **variant}, run_dir=str(tmp_path)
+        num_generators=2,
+        chunk_size=16,
+        generator={**TINY, **variant},
+        run_dir=str(tmp_path),
+        drafts=drafts,
     )
     async with Rollout(config, mode="local") as rollout:
-        result = await rollout.generate_with_record(PROMPTS, 4, sampling)
+        for _ in range(rounds):
+            result = await rollout.generate_with_record(PROMPTS, 4, sampling)
     return [s.token_ids for g in result.groups for s in g.samples], result.metrics()
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 async def test_speculation_never_changes_a_sample(tmp_path: Path, temperature: float) -> None:
+    """Greedy: drafts come from text that repeats within and across siblings. T=1: sampled
+    text of a random model repeats nothing (siblings run in step, so none is ahead to draft
+    from either), so the rollout runs twice with the store keeping history: the second
+    round drafts from the first round's responses to the same prompts with the same seeds,
+    which are exactly its own samples if speculation is lossless, and must be accepted."""
     sampling = SamplingSpec(temperature=temperature, seed=11, ignore_eos=True, max_new_tokens=60)
+    rounds, history = (1, None) if temperature == 0.0 else (2, {"keep_history": True})
     results = {
-        name: await _samples(tmp_path, variant, sampling) for name, variant in VARIANTS.items()
+        name: await _samples(tmp_path, variant, sampling, rounds, history)
+        for name, variant in VARIANTS.items()
     }
     reference, off = results["off"]
     assert off["num_draft_tokens"] == 0 and off["mean_accept_len"] == 1.0
@@ -56,6 +73,12 @@ async def test_speculation_never_changes_a_sample(tmp_path: Path, temperature: f
         if temperature == 0.0:  # greedy text of a random model repeats: drafts must land
             assert metrics["num_accepted_tokens"] > 0, name
             assert metrics["mean_accept_len"] > (1.0 if name == "group" else 1.2), name
+    # at T=1 the history drafts land (self mode has no store, the adaptive budget may not
+    # draft at all: only the fixed group budget is bound to use them)
+    if temperature > 0:
+        group_fixed = results["group_fixed"][1]
+        assert group_fixed["num_accepted_tokens"] > 0
+        assert group_fixed["mean_accept_len"] > 1.2
 
 
 async def test_a_dead_draft_store_costs_drafts_not_samples(tmp_path: Path) -> None:

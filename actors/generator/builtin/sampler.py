@@ -102,6 +102,30 @@ def sampling_probs(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     return torch.softmax(scaled, dim=-1)
 
 
+def transformed_logits(
+    logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0
+) -> torch.Tensor:
+    """(..., V) logits -> the logits of the distribution one request samples from: divided
+    by the temperature, tokens outside top-k / top-p at -inf (``log_softmax`` of the result
+    is the logprob the sampler records). Temperature 0 (greedy) records the model's own
+    distribution, so the logits come back unchanged. Differentiable in the kept logits (the
+    trainer's new logprobs go through it)."""
+    if temperature == 0:
+        return logits
+    scaled = logits.float() / max(temperature, 1e-5)
+    if top_k <= 0 and top_p >= 1:
+        return scaled
+    flat = scaled.detach().reshape(-1, scaled.shape[-1])  # (N, V)
+    n = flat.shape[0]
+    with torch.no_grad():
+        kept = _filter_top_k_top_p(
+            flat,
+            torch.full((n,), top_k, dtype=torch.long),
+            torch.full((n,), top_p, dtype=torch.float32),
+        ).isfinite()
+    return scaled.masked_fill(~kept.reshape(scaled.shape), float("-inf"))
+
+
 def _filter_top_k_top_p(
     scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
 ) -> torch.Tensor:

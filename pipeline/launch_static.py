@@ -1,0 +1,161 @@
+"""The static launcher: actors started by someone else (Slurm, torchrun, Kubernetes, a
+shell), one `seer actor` per host, all reading one shared config; the driver attaches.
+
+Two ways to find each other:
+- fixed addresses: the config names each actor's host (`hosts = [...]` per actor group)
+  and the ports follow from `transport.base_port` (Kubernetes StatefulSets with stable pod
+  names, or a fixed host list);
+- a registry: a folder on a shared filesystem (NFS under Slurm). Each actor binds
+  `tcp://<its host's ip>:*`, writes its address to `<registry>/<run_id>/<role>-<index>`
+  (atomically), the driver writes its own two, and everyone waits until the book is
+  complete. Which actor a process is comes from `--role/--index`, or from its rank
+  (`SEER_RANK`, `SLURM_PROCID`, `RANK`, `JOB_COMPLETION_INDEX`), the rank-th instance of
+  the topology in order.
+
+tcp always, so CURVE keys are required (`transport.curve_keys`, a folder made by
+`seer keys` and copied to every host). The driver never starts or kills a process here: on
+exit it sends every actor `Stop`, and the job scheduler owns the processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+
+import anyio
+import structlog
+
+from pipeline.config import CONTROL, DRIVER, ConfigError, PipelineConfig
+from pipeline.endpoints import AddressBook, PreboundTransport, key, node_ip, over_tcp
+from pipeline.launch import Cluster, LaunchError, _await_ready
+from pipeline.registry import build_actor, validate_topology, zmq_transport
+from transport.errors import TransportError
+from transport.messages import Stop
+
+log = structlog.get_logger()
+
+RANK_VARIABLES = ("SEER_RANK", "SLURM_PROCID", "RANK", "JOB_COMPLETION_INDEX")
+
+
+class FileRegistry:
+    """Addresses of one run in a shared folder: one small file per actor."""
+
+    def __init__(self, folder: str | Path, run_id: str) -> None:
+        self.folder = Path(folder) / run_id
+
+    def publish(self, role: str, index: int, address: str) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.folder / f".{key(role, index)}.{os.getpid()}.tmp"
+        tmp.write_text(address)
+        tmp.replace(self.folder / key(role, index))  # atomic: readers see all or nothing
+
+    def entries(self) -> dict[str, str]:
+        if not self.folder.is_dir():
+            return {}
+        return {
+            p.name: p.read_text().strip()
+            for p in self.folder.iterdir()
+            if not p.name.startswith(".")
+        }
+
+    def missing(self, config: PipelineConfig) -> list[str]:
+        wanted = [key(r, i) for r, i in config.topology.instances()]
+        have = self.entries()
+        return [k for k in (*wanted, key(DRIVER, 0), key(CONTROL, 0)) if k not in have]
+
+    def wait_complete(self, config: PipelineConfig, timeout: float) -> AddressBook:
+        """Block until every actor, the driver and control have registered."""
+        deadline = time.monotonic() + timeout
+        while missing := self.missing(config):
+            if time.monotonic() > deadline:
+                raise LaunchError(
+                    f"registry {self.folder}: still missing {missing} after {timeout:g} s"
+                )
+            time.sleep(0.1)
+        return AddressBook.complete(config, self.entries())
+
+
+def rank_from_env(env: Mapping[str, str]) -> int | None:
+    """This process's rank from the usual launcher variables (first one set wins)."""
+    for name in RANK_VARIABLES:
+        value = env.get(name)
+        if value:
+            try:
+                return int(value)
+            except ValueError:
+                raise ConfigError(f"{name}={value!r} is not an integer rank") from None
+    return None
+
+
+def actor_for_rank(config: PipelineConfig, rank: int) -> tuple[str, int]:
+    """The rank-th actor of the topology (groups in order, then indices)."""
+    instances = config.topology.instances()
+    if not 0 <= rank < len(instances):
+        raise ConfigError(
+            f"rank {rank} out of range: the topology has {len(instances)} actors "
+            f"({', '.join(key(r, i) for r, i in instances)})"
+        )
+    return instances[rank]
+
+
+def run_registered_actor(
+    config: PipelineConfig, role: str, index: int, registry: str | Path, host: str = ""
+) -> None:
+    """`seer actor --registry`: bind on this host, register, wait for the book, serve."""
+    config = over_tcp(config)
+    transport = zmq_transport(config)
+    inbox = transport.reply(f"tcp://{host or node_ip()}:*", bind=True)
+    files = FileRegistry(registry, config.run_id)
+    files.publish(role, index, inbox.endpoint)
+    log.info("actor_registered", role=role, index=index, address=inbox.endpoint)
+    book = files.wait_complete(config, config.ready_timeout_s)
+    actor = build_actor(
+        config,
+        role,
+        index,
+        PreboundTransport(transport, inbox),
+        in_process=False,
+        address_of=book,
+    )
+    anyio.run(actor.run)
+
+
+@contextlib.asynccontextmanager
+async def launch_static(
+    config: PipelineConfig, *, registry: str | Path | None = None, host: str = ""
+) -> AsyncIterator[Cluster]:
+    """Attach to actors started elsewhere (see the module docstring); `Stop` them on exit.
+
+    `registry`: the shared folder, or None for the fixed addresses of the config. `host`:
+    the driver's address in registry mode (default: this host's outward address)."""
+    validate_topology(config)
+    config = over_tcp(config)
+    transport = zmq_transport(config)
+    if registry is None:
+        cluster = Cluster(config, transport)
+    else:
+        ip = host or node_ip()
+        inbox = transport.reply(f"tcp://{ip}:*", bind=True)
+        control = transport.pull(f"tcp://{ip}:*", bind=True)
+        files = FileRegistry(registry, config.run_id)
+        files.publish(DRIVER, 0, inbox.endpoint)
+        files.publish(CONTROL, 0, control.endpoint)
+        book = await anyio.to_thread.run_sync(files.wait_complete, config, config.ready_timeout_s)
+        cluster = Cluster(config, transport, address_of=book, inbox=inbox, control=control)
+    try:
+        await _await_ready(cluster)
+        log.info("static_cluster_ready", actors=len(cluster.status))
+        yield cluster
+    finally:
+        with anyio.CancelScope(shield=True):
+            for role, index in cluster.status:
+                with contextlib.suppress(TransportError), anyio.move_on_after(1.0):
+                    await cluster.send(role, index, Stop(reason="cluster stopping"))
+            await cluster.drain_control(
+                lambda: all(s.stopped for s in cluster.status.values()),
+                timeout=config.stop_timeout_s,
+            )
+            transport.close()

@@ -1,0 +1,65 @@
+"""Stand-in generators that misbehave on purpose, for the fault tests (issue 15 part 3).
+
+They speak the generator protocol exactly (they are `InstantGenerator`s, which answer every
+chunk at once with the `ChunkFinished` a `GeneratorActor` would send), and differ in one way:
+- `OverlongGenerator`: a chunk of a prompt starting with `BAD_TOKEN` reports more tokens
+  than the chunk allowed (a buggy or malicious engine);
+- `SilentGenerator`: takes every chunk and never answers (a hung engine);
+- `WeightTakingGenerator`: also takes versioned weights (`WeightsBucket`) and reports the
+  version it holds, as a real generator does after its swap.
+Kinds: "tests.faults.faulty:<Name>" (actor processes start in the repository root).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from actors.base import Handler
+from pipeline.bench.standin import InstantGenerator
+from transport.messages import Ack, ChunkAssigned, ChunkFinished, Message, WeightsBucket
+
+BAD_TOKEN = 99
+
+
+class OverlongGenerator(InstantGenerator):
+    async def send_to(self, role: str, index: int, msg: Message) -> None:
+        if isinstance(msg, ChunkFinished) and msg.request_id in self.bad:
+            extra = (1,) * 5
+            msg = ChunkFinished(
+                **{
+                    **{f: getattr(msg, f) for f in msg.__dataclass_fields__},
+                    "token_ids": msg.token_ids + extra,
+                    "logprobs": msg.logprobs + (-1.0,) * 5,
+                }
+            )
+        await super().send_to(role, index, msg)
+
+    bad: set[str] = set()
+
+    async def handle_chunk_assigned(self, msg: ChunkAssigned) -> None:
+        if msg.prompt_ids[:1] == (BAD_TOKEN,):
+            self.bad.add(msg.request_id)
+        await super().handle_chunk_assigned(msg)
+
+
+class SilentGenerator(InstantGenerator):
+    async def handle_chunk_assigned(self, msg: ChunkAssigned) -> None:
+        return None
+
+
+class WeightTakingGenerator(InstantGenerator):
+    def handlers(self) -> Mapping[type[Message], Handler]:
+        return {**super().handlers(), WeightsBucket: self.handle_weights_bucket}
+
+    async def handle_weights_bucket(self, msg: WeightsBucket) -> Ack:
+        if msg.is_last:
+            self.weight_version = msg.version
+        return Ack()
+
+    async def handle_chunk_assigned(self, msg: ChunkAssigned) -> None:
+        # a real engine refuses a chunk for other weights; record what this one holds
+        if msg.weight_version != self.weight_version:
+            raise ValueError(
+                f"chunk for weights {msg.weight_version}, holding {self.weight_version}"
+            )
+        await super().handle_chunk_assigned(msg)

@@ -1,0 +1,31 @@
+"""`seer bench faults` on one fault: the trainer SIGKILLed mid-iteration (the run fails fast
+with a typed error; `seer run --resume` from the last checkpoint then gives the undisturbed
+run's results, trained losses included)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.bench.faults import FAULTS, run
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_bench_faults_trainer_killed_resumes_from_checkpoint(tmp_path: Path) -> None:
+    out = tmp_path / "faults.json"
+    summary = run(str(out), quick=True, faults=("trainer",), fuzz_frames=0, folder=str(tmp_path))
+    assert json.loads(out.read_text()) == summary
+    trainer = summary["faults"]["trainer"]
+    assert trainer["outcome"] == "fails fast, resumes from checkpoint", trainer
+    assert trainer["error"] and trainer["detect_s"] is not None
+    assert trainer["resumed_iterations"] and trainer["resume_identical"] is True
+    assert summary["fuzz"]["frames"] is None  # not asked for here
+
+
+def test_unknown_faults_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown faults"):
+        run(None, faults=("router",), folder=str(tmp_path))
+    assert set(FAULTS) >= {"splitter", "estimator", "scheduler", "generator", "drafts"}

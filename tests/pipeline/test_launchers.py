@@ -1,0 +1,186 @@
+"""The same tiny rollout through the local, Ray and static launchers gives the same samples;
+Ray's liveness feeds the scheduler's lost-generator path; the static registry and ranks."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from pipeline.config import ConfigError, PipelineConfig, save_config
+from pipeline.endpoints import AddressBook, AddressBookError
+from pipeline.launch import launch
+from pipeline.launch_static import FileRegistry, actor_for_rank, rank_from_env
+from pipeline.rollout.api import Group, Rollout, rollout_config
+from tests.pipeline.tiny import TINY_GENERATOR
+from transport.messages import ActorStats, GetStats, PromptSpec, SamplingSpec
+from transport.security import generate_keys
+
+pytestmark = pytest.mark.anyio
+
+PROMPTS = [PromptSpec(prompt_id=f"q{i}", token_ids=tuple(range(3 + i, 10 + i))) for i in range(3)]
+SAMPLED = SamplingSpec(temperature=1.0, seed=11, max_new_tokens=24)  # a seed per sample
+LONG = [
+    PromptSpec(prompt_id=f"long{i}", token_ids=(3 + i, 4, 5), forced_lens=(120,) * 4)
+    for i in range(3)
+]
+GREEDY = SamplingSpec(temperature=0.0, ignore_eos=True, max_new_tokens=120)
+
+
+def _config(folder: Path, **scheduler: Any) -> PipelineConfig:
+    """Splitter, estimator, scheduler, two generators, chunks of 8; tcp + CURVE keys (the
+    local launcher's ipc ignores them)."""
+    keys = folder / "keys"
+    if not keys.exists():
+        generate_keys(keys)
+    config = rollout_config(
+        num_generators=2,
+        chunk_size=8,
+        # self-drafting: no draft store, one actor fewer to start (Ray starts 2 at a time here)
+        generator={**TINY_GENERATOR, "kv_budget_tokens": 4096, "spec": {"mode": "self"}},
+        run_dir=str(folder / "run"),
+        scheduler=scheduler,
+    )
+    transport = dataclasses.replace(config.transport, curve_keys=str(keys))
+    # generous start-up: six people share two cores here; CI has them to itself
+    return dataclasses.replace(config, transport=transport, heartbeat_s=0.5, ready_timeout_s=240)
+
+
+def _samples(groups: list[Group]) -> list[tuple[str, tuple[int, ...]]]:
+    return [(s.request_id, s.token_ids) for g in groups for s in g.samples]
+
+
+def _assert_same(a: list[Group], b: list[Group]) -> None:
+    assert _samples(a) == _samples(b)
+    for ga, gb in zip(a, b, strict=True):
+        for sa, sb in zip(ga.samples, gb.samples, strict=True):
+            assert sa.logprobs == pytest.approx(sb.logprobs, abs=1e-4)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Group]]:
+    """The sampled and the long greedy rollout through the local launcher."""
+
+    async def run() -> dict[str, list[Group]]:
+        config = _config(tmp_path_factory.mktemp("local"))
+        async with Rollout(config, mode="local") as rollout:
+            return {
+                "sampled": await rollout.generate(PROMPTS, 4, SAMPLED),
+                "greedy": await rollout.generate(LONG, 4, GREEDY),
+            }
+
+    return anyio.run(run)
+
+
+@pytest.fixture(scope="module")
+def ray_session() -> Iterator[Any]:
+    """One local Ray cluster for the module (its start costs about 10 s)."""
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed")
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        object_store_memory=80 << 20,
+    )
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.timeout(600)
+async def test_ray_gives_the_local_samples_and_its_liveness_requeues_a_dead_generator(
+    tmp_path: Path, reference: dict[str, list[Group]], ray_session: Any
+) -> None:
+    # the scheduler's periodic health check is off (once a minute): Ray's liveness signal
+    # (the killed host's run reference ending -> PeerLost) tells it that generator 1 is
+    # gone, or at most a chunk it fails to send there; never a health probe
+    config = _config(tmp_path, health_interval_s=60.0)
+    async with Rollout(config, mode="ray", timeout_s=120) as rollout:
+        cluster = rollout._cluster()
+        assert all(cluster.address_of(r, i).startswith("tcp://") for r, i in cluster.status)
+        _assert_same(await rollout.generate(PROMPTS, 4, SAMPLED), reference["sampled"])
+        victim = cluster.status[("generator", 1)]
+        before = await cluster.call("generator", 1, GetStats())
+        assert isinstance(before, ActorStats)
+
+        async def kill_once_busy() -> None:  # once it has finished chunks of this rollout
+            while True:
+                stats = await cluster.call("generator", 1, GetStats())
+                assert isinstance(stats, ActorStats)
+                if stats.counters["num_chunks"] >= before.counters["num_chunks"] + 3:
+                    os.kill(victim.pid, signal.SIGKILL)
+                    return
+                await anyio.sleep(0.01)
+
+        with anyio.fail_after(90):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(kill_once_busy)
+                result = await rollout.generate_with_record(LONG, 4, GREEDY)
+        stats = await cluster.call("scheduler", 0, GetStats())
+        assert victim.lost
+    assert _samples(result.groups) == _samples(reference["greedy"])
+    assert isinstance(stats, ActorStats) and stats.counters["generators_lost"] == 1
+    assert any(c.instance == 1 for c in result.record.chunks)  # it had work when killed
+
+
+@pytest.mark.timeout(400)
+async def test_static_registry_gives_the_local_samples(
+    tmp_path: Path, reference: dict[str, list[Group]]
+) -> None:
+    """`seer actor --registry DIR` per actor, which actor from the rank (as under srun)."""
+    config = _config(tmp_path)
+    path = save_config(config, tmp_path / "config.toml")
+    registry = tmp_path / "registry"
+    procs = []
+    try:
+        for rank in range(len(config.topology.instances())):
+            env = {**os.environ, "SEER_RANK": str(rank)}
+            cmd = [sys.executable, "-m", "pipeline.cli", "actor", "--config", str(path)]
+            cmd += ["--registry", str(registry), "--host", "127.0.0.1"]
+            log = (tmp_path / f"rank{rank}.log").open("wb")
+            procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))
+        options = {"registry": str(registry), "host": "127.0.0.1"}
+        async with Rollout(config, mode="static", launcher_options=options) as rollout:
+            _assert_same(await rollout.generate(PROMPTS, 4, SAMPLED), reference["sampled"])
+        names = ["driver", "control", "splitter", "estimator", "scheduler", "generator"]
+        expected = [f"{n}-0" for n in names] + ["generator-1"]
+        assert sorted(FileRegistry(registry, config.run_id).entries()) == sorted(expected)
+        assert [p.wait(90) for p in procs] == [0] * len(procs)  # Stop ends every actor
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_ranks_name_actors_in_topology_order(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    assert rank_from_env({"SLURM_PROCID": "4", "RANK": "0"}) == 4
+    assert rank_from_env({}) is None
+    with pytest.raises(ConfigError, match="not an integer"):
+        rank_from_env({"SEER_RANK": "x"})
+    assert [actor_for_rank(config, r) for r in (0, 2, 3, 4)] == [
+        ("splitter", 0),
+        ("scheduler", 0),
+        ("generator", 0),
+        ("generator", 1),
+    ]
+    with pytest.raises(ConfigError, match="rank 5 out of range"):
+        actor_for_rank(config, 5)
+    with pytest.raises(AddressBookError, match="lacks"):
+        AddressBook.complete(config, {"splitter-0": "tcp://127.0.0.1:1"})
+
+
+async def test_tcp_launchers_refuse_a_config_without_curve_keys(tmp_path: Path) -> None:
+    config = rollout_config(num_generators=1, run_dir=str(tmp_path))
+    with pytest.raises(ConfigError, match="curve_keys"):
+        async with launch(config, "static"):
+            pass
+    with pytest.raises(ValueError, match="unknown launcher"):
+        launch(config, "slurm")
