@@ -219,6 +219,7 @@ def _cmd_sim(args: argparse.Namespace) -> int:
             seeds=args.seeds,
             table=args.table,
             drafts=not args.no_drafts,
+            traces=args.traces,
         )
     else:
         from pipeline.sim import seer
@@ -349,6 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--seeds", type=int, default=3, help="validate: live seeds (>= 3)")
     sim.add_argument("--table", help="validate: a `seer profile` table (default: profile now)")
     sim.add_argument("--no-drafts", action="store_true", help="validate: skip +drafts runs")
+    sim.add_argument("--traces", help="validate: replay the traces in this folder (no live runs)")
     sim.add_argument("--workload", action="append", help="seer: moonlight, qwen2-vl-72b, kimi-k2")
     sim.add_argument("--scale", type=float, default=1.0, help="seer: fraction of the groups")
     sim.add_argument("--chunk-size", type=int, help="seer: tokens per chunk (default 4096)")

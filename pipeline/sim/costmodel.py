@@ -14,11 +14,14 @@ contexts reads proportionally more KV). ``prefill_s(tokens)`` interpolates linea
 tokens; a table without prefill rows (the MoE one) prices a prefill token like a token of
 the largest measured decode batch at the smallest context (a batched forward over many
 tokens).
-Results are cached on a grid of 1/4 draft token and 1/64 of the context.
+Step time is made non-decreasing in g (as the speculation policy reads it: a noisy
+profile can say a draft costs less than none). Results are cached on a grid of 1/4 draft
+token and 1/64 of the context.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from bisect import bisect_left
@@ -131,6 +134,7 @@ class CostModel:
         for dg in self.draft_lens:
             per_ctx = [_in_batch(*self._grid[(dg, c)], batch) for c in self.contexts]
             per_g.append(_interp(self.contexts, per_ctx, ctx))
+        per_g = list(itertools.accumulate(per_g, max))  # a longer draft never costs less
         floor = min(min(ys) for _, ys in self._grid.values()) * 0.5
         return max(_interp(self.draft_lens, per_g, min(g, self.draft_lens[-1])), floor)
 

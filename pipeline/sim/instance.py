@@ -107,6 +107,7 @@ class SimInstance:
         # called with the instance after admission, before a stretch is priced (the
         # simulator sets each running chunk's draft length and token rate there)
         self.on_batch: Callable[[SimInstance], None] | None = None
+        self.one_step = False  # set by on_batch: the next stretch is a single step
 
     # --- books -----------------------------------------------------------------------
     def kv_used(self) -> float:
@@ -215,7 +216,8 @@ class SimInstance:
             by_chunk = min(
                 max(1, math.ceil((c.target - c.done) / c.rate - 1e-9)) for c in self.running
             )
-            steps = max(1, min(by_kv, by_chunk, self.max_steps))
+            steps = max(1, min(by_kv, by_chunk, 1 if self.one_step else self.max_steps))
+        self.one_step = False
         batch = len(self.running)
         mean_ctx = sum(c.ctx for c in self.running) / batch + steps * growth / batch / 2
         self.seg_start = now

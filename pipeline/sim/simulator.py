@@ -250,6 +250,18 @@ class _Run:
             g = per_class[cls]
             c.draft = g
             c.rate = table.expected_tokens(table.refs[cls[0]], g) if g else 1.0
+        drafts = sum(c.draft for c in inst.running)
+        if drafts:
+            ctx = sum(c.ctx for c in inst.running) / batch
+            gained = sum(c.rate - 1.0 for c in inst.running)
+            with_drafts = (batch + gained) / self.cost.decode_s(batch, ctx, drafts / batch)
+            if with_drafts <= batch / self.cost.decode_s(batch, ctx, 0):
+                # a grant that does not pay is the policy exploring (or misjudging): live,
+                # it holds for one step, then the policy decides again
+                inst.one_step = True
+                cache.pop(key, None)
+        for c, cls in zip(inst.running, classes, strict=True):
+            g = c.draft
             if g and observed < _OBSERVE:  # one verify step of it, for the calibration
                 observed += 1
                 row = cls[0]

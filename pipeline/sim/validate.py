@@ -44,7 +44,7 @@ from pipeline.bench.rollout import POLICIES, bench_generator, run_policies
 from pipeline.launch import LaunchError
 from pipeline.rollout.metrics import compute_metrics
 from pipeline.rollout.plot import plot_timeline
-from pipeline.rollout.trace import save_trace
+from pipeline.rollout.trace import load_trace, save_trace
 from pipeline.rollout.workload import Workload, make_workload
 from pipeline.sim import profile as sim_profile
 from pipeline.sim.acceptance import SiblingModel, measure_acceptance
@@ -175,6 +175,7 @@ def run(
     table: str | None = None,
     chunk_size: int = 128,
     drafts: bool = True,
+    traces: str | None = None,
 ) -> dict[str, Any]:
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
@@ -205,13 +206,20 @@ def run(
     for seed in range(seeds):
         workload = _workload(size, seed)
         for suffix, spec in variants:
-            live = _live(workload, {**gen, **spec}, chunk_size, console)
+            if traces:  # replay the traces an earlier run recorded (no live runs)
+                live = {
+                    p: [load_trace(Path(traces) / f"trace-{p}{suffix}-seed{seed}.json")]
+                    for p in POLICIES
+                }
+            else:
+                live = _live(workload, {**gen, **spec}, chunk_size, console)
             lat = latencies([rs[0] for rs in live.values()])
             measured_latencies.append(lat)
             for policy, records in live.items():
                 name = policy + suffix
                 record = records[0]
-                save_trace(record, folder / f"trace-{name}-seed{seed}.json")
+                if not traces:
+                    save_trace(record, folder / f"trace-{name}-seed{seed}.json")
                 reqs = from_record(record, workload.max_new_tokens)
                 cfg = _sim_config(gen, chunk_size, bool(suffix), seed, lat)
                 sim = simulate(reqs, policy, cfg, cost, acceptance=acceptance)
