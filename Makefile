@@ -6,9 +6,25 @@ STAMP := $(VENV)/.installed
 # The CPU build of torch lies on this machine's disk; a plain `torch` would pull a CUDA build.
 TORCH := torch==2.13.0
 
+# SGLang's wheel, without dependencies: the tests judge `seer serve` (and the SGLang backend)
+# with its own /generate schema (sglang/api/v1/api_types.py). A cache, never committed.
+SGLANG_VERSION := 0.5.23
+SGLANG_WHEEL_DIR := .cache/sglang-wheel
+# the wheel itself is the stamp: present = downloaded (pip writes it whole or not at all)
+SGLANG_STAMP := $(SGLANG_WHEEL_DIR)/sglang-$(SGLANG_VERSION)-cp311-cp311-manylinux_2_34_x86_64.whl
+
 .PHONY: setup test lint run bench clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(SGLANG_STAMP)
+
+$(SGLANG_STAMP): | $(STAMP)
+	mkdir -p $(SGLANG_WHEEL_DIR)
+	$(BIN)/pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+		--python-version 3.11 --platform manylinux_2_34_x86_64 \
+		sglang==$(SGLANG_VERSION) -d $(SGLANG_WHEEL_DIR) \
+		|| { echo "make setup: could not download SGLang $(SGLANG_VERSION)'s wheel (PyPI" \
+			"unreachable?); the schema tests need it in $(SGLANG_WHEEL_DIR)" >&2; exit 1; }
+	test -f $@
 
 $(STAMP): pyproject.toml setup.py actors/drafts/_suffix_tree.cpp
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -30,4 +46,4 @@ bench: setup
 	$(BIN)/seer bench transport --json runs/bench-transport.json
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) runs .cache .pytest_cache .mypy_cache .ruff_cache

@@ -13,7 +13,10 @@ BENCHES = {
     "rollout": "pipeline.bench.rollout",
     "drafts": "pipeline.bench.drafts",
     "scheduler": "pipeline.bench.scheduler",
+    "serve": "pipeline.bench.serve",
     "faults": "pipeline.bench.faults",
+    "dispatch": "pipeline.bench.dispatch",
+    "layouts": "pipeline.bench.layouts",
 }
 
 
@@ -50,9 +53,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
             ("iterations", args.iterations),
             ("resume", args.resume),
             ("warm_start_steps", args.warm_start_steps),
+            ("trainer_ranks", args.trainer_ranks),
         )
         if v is not None
     }
+    if args.backend or args.sglang_url or args.sglang_command:
+        from pipeline.backend import use_backend
+
+        gen = use_backend(
+            cfg.generator, args.backend, urls=args.sglang_url or (), command=args.sglang_command
+        )
+        changes["generator"] = gen
+        if gen.sglang.urls and gen.backend == "sglang":
+            changes["num_generators"] = len(gen.sglang.urls)
     out = args.out or f"runs/run-{time.strftime('%Y%m%d-%H%M%S')}"
     cfg = dataclasses.replace(cfg, out_dir=out, **changes)
     console.print(
@@ -123,7 +136,12 @@ def _cmd_actor(args: argparse.Namespace) -> int:
     role, _, path = os.environ.get("SEER_PROFILE", "").partition(":")
     if role != args.role or not path:
         anyio.run(actor.run)
-        return 0
+        # a clean stop is complete (on_stop ran, ActorStopped sent, sockets closed): exit
+        # now rather than wait on interpreter teardown (seen taking over 10 s, until the
+        # launcher's SIGTERM, after every clean stop)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     import cProfile
 
     with cProfile.Profile() as profiler:
@@ -134,7 +152,13 @@ def _cmd_actor(args: argparse.Namespace) -> int:
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     module = importlib.import_module(BENCHES[args.name])
-    if args.name == "rollout":
+    if args.name == "rollout" and args.backend == "sglang":
+        from pipeline.bench import sglang_rollout
+
+        sglang_rollout.run(
+            args.json, quick=args.quick, chunk_size=args.chunk_size, repeats=args.repeats
+        )
+    elif args.name == "rollout":
         module.run(
             args.json,
             quick=args.quick,
@@ -144,6 +168,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         )
     elif args.name == "scheduler":
         module.run(args.json, quick=args.quick, repeats=args.repeats, profile=args.profile)
+    elif args.name == "serve":
+        module.run(args.json, quick=args.quick, repeats=args.repeats)
     elif args.name == "faults":
         faults = tuple(args.faults.split(",")) if args.faults else None
         module.run(args.json, quick=args.quick, faults=faults)
@@ -151,6 +177,60 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         module.run(args.json, quick=args.quick, repeats=args.repeats, model=args.model)
     else:
         module.run(args.json, quick=args.quick)
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from pipeline.logs import configure_logging
+    from pipeline.serve import ServeOptions, serve
+
+    configure_logging("warning")
+    serve(
+        ServeOptions(
+            model_path=args.model or "",
+            host=args.host,
+            port=args.port,
+            max_batch=args.max_batch,
+            kv_budget_tokens=args.kv_budget_tokens,
+            num_threads=args.num_threads,
+            eos_token_id=args.eos_token_id,
+            step_delay_s=args.step_delay_ms / 1000,
+            api_key=args.api_key or "",
+            incremental_streaming_output=args.incremental_streaming_output,
+        )
+    )
+    return 0
+
+
+def _cmd_profile(args: argparse.Namespace) -> int:
+    from pipeline.sim import profile
+
+    profile.run(args.json, quick=args.quick)
+    return 0
+
+
+def _cmd_sim(args: argparse.Namespace) -> int:
+    if args.what == "validate":
+        from pipeline.sim import validate
+
+        validate.run(
+            args.json,
+            quick=args.quick,
+            seeds=args.seeds,
+            table=args.table,
+            drafts=not args.no_drafts,
+        )
+    else:
+        from pipeline.sim import seer
+
+        workloads = tuple(args.workload) if args.workload else tuple(seer.SEER_WORKLOADS)
+        seer.run(
+            args.json,
+            workloads=workloads,
+            scale=args.scale,
+            chunk_size=args.chunk_size or 4096,
+            num_instances=args.instances,
+        )
     return 0
 
 
@@ -177,7 +257,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--warm-start-steps", type=int, help="supervised warm start optimiser steps (0: none)"
     )
     run.add_argument("--resume", help="a checkpoint folder of an earlier run")
+    run.add_argument(
+        "--trainer-ranks", type=int, help="data-parallel trainer ranks (torch.distributed)"
+    )
     run.add_argument("--out", help="run folder (default: runs/run-<time>)")
+    run.add_argument("--backend", choices=("builtin", "sglang"), help="the generators' engine")
+    run.add_argument(
+        "--sglang-url",
+        action="append",
+        help="sglang: attach a generator to this server (repeat: one per generator)",
+    )
+    run.add_argument(
+        "--sglang-command",
+        help="sglang: launch each generator's server with this command line ({python}, "
+        "{model}, {host}, {port} filled in; default: python -m sglang.launch_server ...)",
+    )
     run.set_defaults(fn=_cmd_run)
     roll = sub.add_parser("rollout", help="one benchmark rollout: Seer scheduler vs baseline")
     roll.add_argument("--policy", default="baseline", help="compare context_aware with this")
@@ -198,12 +292,68 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--trace", help="rollout: replay this recorded trace's workload")
     bench.add_argument("--chunk-size", type=int, default=128, help="rollout: tokens per chunk")
     bench.add_argument(
-        "--repeats", type=int, help="rollout, drafts, scheduler: runs per variant (median)"
+        "--repeats", type=int, help="rollout, drafts, scheduler, serve: runs per variant (median)"
     )
     bench.add_argument("--model", help="drafts: a saved model to roll out (default: warm start)")
+    bench.add_argument(
+        "--backend",
+        choices=("builtin", "sglang"),
+        default="builtin",
+        help="rollout: sglang = the four policies over seer serve (HTTP) beside the builtin",
+    )
     bench.add_argument("--profile", help="scheduler: write a cProfile of the scheduler here")
     bench.add_argument("--faults", help="faults: comma-separated subset (default: all)")
     bench.set_defaults(fn=_cmd_bench)
+    srv = sub.add_parser(
+        "serve",
+        help="the built-in engine behind SGLang's HTTP API (/generate, weights, loads, ...)",
+        description="Serve the built-in engine with SGLang 0.5.23's HTTP API. --model: a "
+        "safetensors file saved by seer (warm start, checkpoint model.safetensors), a "
+        "Hugging Face Llama/Qwen2 folder, or a checkpoint folder (its hf/). Without --model: the "
+        "default task's cached warm start from runs/cache if `seer run` made one, else a "
+        "FRESH RANDOM model of the default shape (it generates noise).",
+    )
+    srv.add_argument(  # --model-path and --max-running-requests: SGLang's names
+        "--model", "--model-path", help="safetensors file, HF or checkpoint folder (see above)"
+    )
+    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--port", type=int, default=30000, help="0 picks a free port")
+    srv.add_argument(
+        "--max-batch",
+        "--max-running-requests",
+        type=int,
+        default=64,
+        help="requests decoding at once",
+    )
+    srv.add_argument("--kv-budget-tokens", type=int, default=65536)
+    srv.add_argument("--num-threads", type=int, default=1, help="torch threads")
+    srv.add_argument("--eos-token-id", type=int, help="default: the model's or the task's")
+    srv.add_argument(
+        "--step-delay-ms", type=float, default=0.0, help="sleep after each engine step (tests)"
+    )
+    srv.add_argument("--api-key", help="require Authorization: Bearer <key> (not on /health*)")
+    srv.add_argument(
+        "--incremental-streaming-output",
+        action="store_true",
+        help="stream frames carry only the new tokens (SGLang's flag; default cumulative)",
+    )
+    srv.set_defaults(fn=_cmd_serve)
+    prof = sub.add_parser("profile", help="measure the built-in engine into a cost table")
+    prof.add_argument("--json", default="runs/costmodel_cpu.json", help="write the table here")
+    prof.add_argument("--quick", action="store_true", help="a small grid (under a minute)")
+    prof.set_defaults(fn=_cmd_profile)
+    sim = sub.add_parser("sim", help="the rollout simulator: validate it, or run Seer's scale")
+    sim.add_argument("what", choices=("validate", "seer"))
+    sim.add_argument("--json", help="write the result as JSON here (a PNG beside it)")
+    sim.add_argument("--quick", action="store_true", help="validate: the small workload")
+    sim.add_argument("--seeds", type=int, default=3, help="validate: live seeds (>= 3)")
+    sim.add_argument("--table", help="validate: a `seer profile` table (default: profile now)")
+    sim.add_argument("--no-drafts", action="store_true", help="validate: skip +drafts runs")
+    sim.add_argument("--workload", action="append", help="seer: moonlight, qwen2-vl-72b, kimi-k2")
+    sim.add_argument("--scale", type=float, default=1.0, help="seer: fraction of the groups")
+    sim.add_argument("--chunk-size", type=int, help="seer: tokens per chunk (default 4096)")
+    sim.add_argument("--instances", type=int, default=32, help="seer: generator instances")
+    sim.set_defaults(fn=_cmd_sim)
     keys = sub.add_parser("keys", help="create a CURVE key pair for tcp deployments")
     keys.add_argument("directory")
     keys.set_defaults(fn=_cmd_keys)

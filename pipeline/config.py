@@ -100,7 +100,7 @@ class PipelineConfig:
     transport: TransportConfig = field(default_factory=TransportConfig)
     run_id: str = field(default_factory=lambda: secrets.token_hex(4))
     heartbeat_s: float = 1.0
-    ready_timeout_s: float = 60.0
+    ready_timeout_s: float = 180.0  # actors importing torch on a loaded 2-core host take minutes
     stop_timeout_s: float = 10.0
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

@@ -47,12 +47,18 @@ class RunConfig:
     eval_samples: int = 4
     eval_every: int = 20
     mode: Literal["local", "inprocess", "ray"] = "local"
-    ready_timeout_s: float = 60.0  # how long the actors may take to start (a loaded machine)
+    ready_timeout_s: float = 180.0  # how long the actors may take to start (a loaded machine)
+    trainer_ranks: int = 1  # > 1: data-parallel ranks fed by the dispatcher (mode "local")
+    layout_profile: str = ""  # a `seer bench layouts` JSON: switch generator layouts by context
 
     def __post_init__(self) -> None:
         for name in ("iterations", "prompts_per_iteration", "group_size", "max_new_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"RunConfig.{name} must be >= 1")
+        if self.trainer_ranks < 1:
+            raise ValueError("RunConfig.trainer_ranks must be >= 1")
+        if self.trainer_ranks > 1 and self.mode != "local":
+            raise ValueError("RunConfig.trainer_ranks > 1 needs mode 'local' (a process per rank)")
         if self.warm_start_steps < 0:
             raise ValueError("RunConfig.warm_start_steps must be >= 0 (0: no warm start)")
         if self.policy == "oracle":  # it would silently be "fewest generated first"
@@ -102,7 +108,9 @@ def rl_topology(cfg: RunConfig, model_path: str, task: Task | None = None) -> Pi
     trainer = ActorGroup(
         role="trainer",
         kind="trainer",
+        count=cfg.trainer_ranks,
         options={
+            **({"dist_port": free_port()} if cfg.trainer_ranks > 1 else {}),
             "model": gen_table["model"],
             "lr": cfg.lr,
             "kl_coef": cfg.kl_coef,
@@ -115,3 +123,12 @@ def rl_topology(cfg: RunConfig, model_path: str, task: Task | None = None) -> Pi
     )
     topology = Topology(actors=(*base.topology.actors, trainer))
     return dataclasses.replace(base, topology=topology, ready_timeout_s=cfg.ready_timeout_s)
+
+
+def free_port() -> int:
+    """A TCP port free now on this host (the trainer ranks' rendezvous)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

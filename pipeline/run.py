@@ -3,6 +3,7 @@ publish the new weights; stop. It reads top to bottom as the algorithm."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
@@ -12,13 +13,14 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.layout_switch import current_layout, make_selector, switch_layout
+from pipeline.ranks import load_on_every_rank, train_across_ranks
 from pipeline.rl_config import RunConfig, rl_topology, warm_model
 from pipeline.rollout import Rollout
 from pipeline.rollout.api import Group
 from pipeline.tasks import Task, TaskPrompt, get_task
 from pipeline.tasks.curriculum import Curriculum
 from transport.messages import (
-    LoadCheckpoint,
     PromptSpec,
     SamplingSpec,
     SaveCheckpoint,
@@ -37,11 +39,14 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
-    async with Rollout(rl_topology(cfg, model_path), mode=cfg.mode) as rollout:
+    selector = make_selector(cfg)
+    async with contextlib.AsyncExitStack() as stack:
+        rollout = await stack.enter_async_context(
+            Rollout(rl_topology(cfg, model_path), mode=cfg.mode)
+        )
         first = 0
         if cfg.resume:  # the trainer restores weights, optimiser, RNG and publishes them
-            report = await rollout.call_actor("trainer", LoadCheckpoint(path=cfg.resume))
-            assert isinstance(report, TrainReport)
+            report = await load_on_every_rank(rollout, cfg.trainer_ranks, cfg.resume)
             rollout.weight_version, first = report.version, report.iteration + 1
         curriculum = make_curriculum(cfg, task, Path(cfg.resume) if cfg.resume else None)
         held_out = task.sample_prompts(cfg.eval_prompts, np.random.default_rng([cfg.seed, 10**9]))
@@ -68,16 +73,21 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 curriculum.update(prompts, per_prompt.mean(axis=1).tolist())
             samples, num_errors = trainable(scored, result.groups)
             start = time.perf_counter()
-            report = await rollout.call_actor(
-                "trainer",
-                TrainStep(
+            if cfg.trainer_ranks > 1:  # each sample straight to its rank, then one DDP step
+                report = await train_across_ranks(
+                    rollout, cfg.trainer_ranks, cfg.group_size, iteration=it, task=task,
+                    prompts=prompts, groups=result.groups, sampling=sampling(cfg, it, task),
+                )  # fmt: skip
+            else:
+                step = TrainStep(
                     iteration=it,
                     samples=samples,
                     expected_version=rollout.weight_version,
                     sampling=sampling(cfg, it, task),
-                ),
-            )
-            assert isinstance(report, TrainReport)
+                )
+                reply = await rollout.call_actor("trainer", step)
+                assert isinstance(reply, TrainReport)
+                report = reply
             rollout.weight_version = report.version
             metrics = result.metrics()
             row = {
@@ -104,6 +114,16 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 row["eval_reward"] = await evaluate_held_out(rollout, task, held_out, cfg)
                 if eval_before is not None:
                     row["eval_reward_before"] = eval_before
+            if selector is not None:  # Earl: the layout of the next rollout
+                row["layout"] = current_layout(cfg).name
+                selector.observe([len(p.token_ids) + n for p, n in context_parts(prompts, result)])
+                row["average_context_len"] = selector.average_context_len
+                layout = selector.decide()
+                if layout is not None:
+                    rollout, cfg, row["layout_switch_s"] = await switch_layout(
+                        stack, rollout, cfg, layout, model_path, it
+                    )
+                row["num_layout_switches"] = selector.num_switches
             rows.append(row)
             with (out / "metrics.jsonl").open("a") as f:
                 f.write(json.dumps(row) + "\n")
@@ -120,6 +140,12 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
 
 
 CURRICULUM_FILE = "curriculum.json"
+
+
+def context_parts(prompts: list[TaskPrompt], result: Any) -> list[tuple[TaskPrompt, int]]:
+    """(prompt, output length) of every sample of a rollout."""
+    return [(p, len(s.token_ids)) for p, g in zip(prompts, result.groups, strict=True)
+            for s in g.samples]  # fmt: skip
 
 
 def make_curriculum(cfg: RunConfig, task: Task, resume: Path | None) -> Curriculum | None:

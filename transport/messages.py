@@ -604,6 +604,74 @@ class LoadCheckpoint(Message):
     path: str
 
 
+# --- Earl's data dispatcher: samples stream from where they finish to the trainer rank ----
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SampleData(Struct):
+    """One finished sample as a trainer rank consumes it. `token_ids` (L,) int32 is prompt +
+    completion; `old_logprobs` (L,) float32 and `loss_mask` (L,) uint8 are aligned with it
+    (mask 1 on completion tokens, logprob 0 elsewhere)."""
+
+    request_id: str
+    group_id: str
+    prompt_len: int
+    token_ids: Array
+    old_logprobs: Array
+    loss_mask: Array
+    reward: float
+    weight_versions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SampleDispatched(Message):
+    """Dispatcher -> trainer rank: one sample, sent the moment it finished."""
+
+    iteration: int
+    sample: SampleData
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupAdvantages(Message):
+    """Dispatcher -> each rank holding part of a group, once the group is complete: the
+    advantage of every member (`advantages` (G,) aligned with `request_ids`) and whether the
+    group is flat (all rewards equal: no gradient without a KL term)."""
+
+    iteration: int
+    group_id: str
+    request_ids: tuple[str, ...]
+    advantages: tuple[float, ...]
+    is_flat: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardLayout(Message):
+    """Dispatcher/driver -> every rank, a call: the iteration's layout (which requests each
+    rank holds), the sampling transform of the logprobs, then train; replied with TrainReport.
+    `request_ids` are this rank's; `num_samples`/`num_tokens` are per rank; `num_dropped`
+    counts samples that ended in error (dropped everywhere, never sent)."""
+
+    iteration: int
+    rank: int
+    expected_version: int
+    request_ids: tuple[str, ...]
+    num_samples: tuple[int, ...]
+    num_tokens: tuple[int, ...]
+    num_dropped: int
+    sampling: SamplingSpec
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SamplesBatch(Message):
+    """The centralized path: the driver's gathered batch to rank 0, or rank 0's scatter to a
+    rank, with the advantages of every group (computed by whoever held the whole batch)."""
+
+    iteration: int
+    samples: tuple[SampleData, ...]
+    advantages: tuple[float, ...]
+    is_flat: tuple[bool, ...]
+
+
 REGISTRY: Final[dict[int, type[Message]]] = {
     1: Stop,
     2: ActorReady,
@@ -637,6 +705,10 @@ REGISTRY: Final[dict[int, type[Message]]] = {
     51: TrainReport,
     52: SaveCheckpoint,
     53: LoadCheckpoint,
+    54: SampleDispatched,
+    55: GroupAdvantages,
+    56: ShardLayout,
+    57: SamplesBatch,
     60: TokensAppended,
     61: SyncDrafts,
     62: DraftDeltas,

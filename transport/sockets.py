@@ -115,6 +115,10 @@ class _Socket:
                 self._fd_edge = None
                 edge.set()
 
+    # Every 64th operation yields to the event loop (fairness) without taking a
+    # cancellation there: a message already sent or received must not be lost to a timeout
+    # that expires in that yield (a driver polling `recv` with short timeouts would drop it).
+
     async def _send_frames(self, frames: list[Any]) -> None:
         while True:
             if self._async.closed:
@@ -128,7 +132,7 @@ class _Socket:
                 continue
             self._ops += 1
             if not self._ops % _CHECKPOINT_EVERY:
-                await anyio.lowlevel.checkpoint()
+                await anyio.lowlevel.cancel_shielded_checkpoint()
             return
 
     async def _recv_frames(self) -> list[Any]:
@@ -142,7 +146,7 @@ class _Socket:
                 continue
             self._ops += 1
             if not self._ops % _CHECKPOINT_EVERY:
-                await anyio.lowlevel.checkpoint()
+                await anyio.lowlevel.cancel_shielded_checkpoint()
             return frames
 
     def _try_send_frames(self, frames: list[Any]) -> bool:
@@ -291,7 +295,7 @@ class RequestSocket(_Socket):
     async def _checkpoint_sometimes(self) -> None:
         self._ops += 1
         if not self._ops % _CHECKPOINT_EVERY:
-            await anyio.lowlevel.checkpoint()
+            await anyio.lowlevel.cancel_shielded_checkpoint()
 
     async def call(self, msg: Message, timeout: float = 10.0) -> Message:
         """The peer's reply to `msg`; raises `RequestTimeout`, `PeerGone` or `RemoteError`."""

@@ -12,6 +12,12 @@ requests from local suffix-tree replicas; with mode "group" a `DraftSync` task e
 tokens with the draft-tree store in the background. Any other engine is polled without
 drafts.
 
+A `RemoteEngine` (backend "sglang": a server over HTTP) is not polled: each chunk is one
+awaited call in its own task, many in flight at once; the engine's `check` answers
+`GetLoad` (so a lost server fails the scheduler's generator watch and its chunks are
+re-queued; a chunk lost with its server is not reported), weights are swapped once no
+chunk is in flight, and a background task probes the server's health.
+
 All engine calls happen in one task, the step loop: handlers only queue work, so an engine
 step (run in a worker thread, torch releases the GIL) never races with `add`. A chunk the
 engine refuses (prompt longer than the context, out-of-vocabulary token, ...) comes back
@@ -30,8 +36,14 @@ import torch
 from actors.base import Actor, ActorContext, Handler
 from actors.generator.backends import build_engine
 from actors.generator.draft_sync import DraftSync
-from actors.generator.engine import ChunkResult, Engine, SpeculativeEngine, error_result
-from actors.generator.errors import EngineError
+from actors.generator.engine import (
+    ChunkResult,
+    Engine,
+    RemoteEngine,
+    SpeculativeEngine,
+    error_result,
+)
+from actors.generator.errors import EngineError, ServerLostError
 from actors.generator.options import GeneratorOptions
 from actors.generator.speculator import Speculator
 from actors.generator.wire import chunk_finished, chunk_request, load_info
@@ -57,6 +69,9 @@ class GeneratorActor(Actor):
         super().__init__(ctx)
         self.opts: GeneratorOptions = ctx.options or GeneratorOptions()
         self.engine: Engine | None = None
+        self.remote: RemoteEngine | None = None  # set instead of `engine` for remote backends
+        self.idle = anyio.Event()  # set while a remote engine has no chunk in flight
+        self.num_lost_chunks = 0
         self.pending: list[ChunkAssigned | EndRollout] = []
         self.wake = anyio.Event()
         self.active: dict[str, ChunkAssigned] = {}
@@ -79,8 +94,18 @@ class GeneratorActor(Actor):
         }
 
     async def on_start(self) -> None:
-        self.engine = engine = await anyio.to_thread.run_sync(build_engine, self.opts)
+        engine = await anyio.to_thread.run_sync(build_engine, self.opts, self.ctx.index)
         cfg = self.opts.spec
+        if isinstance(engine, RemoteEngine):
+            self.remote = engine
+            await engine.start()
+            self.idle.set()
+            self.start_soon(engine.watch)
+            if cfg.mode != "off":
+                self.log.warning("speculation_unsupported", backend=self.opts.backend)
+            return
+        assert isinstance(engine, Engine)
+        self.engine = engine
         if isinstance(engine, SpeculativeEngine):
             if cfg.mode != "off" and cfg.budget == "adaptive":
                 await anyio.to_thread.run_sync(engine.measure_step_times)  # T(B, g)
@@ -92,17 +117,35 @@ class GeneratorActor(Actor):
             self.log.warning("speculation_unsupported", backend=self.opts.backend)
         self.start_soon(self._step_loop)
 
+    async def on_stop(self) -> None:
+        if self.remote is not None:
+            await self.remote.aclose()
+
     async def handle_chunk_assigned(self, msg: ChunkAssigned) -> None:
+        if self.remote is not None:
+            if self.idle.is_set():
+                self.idle = anyio.Event()
+            self.active[msg.request_id] = msg
+            self.start_soon(self._run_remote, self.remote, msg)
+            return
         self.pending.append(msg)
         self.wake.set()
 
     async def handle_end_rollout(self, msg: EndRollout) -> None:
+        if self.remote is not None:
+            return  # the server's prefix cache holds (and evicts) what stays
         self.pending.append(msg)  # handled in arrival order by the step loop
         self.wake.set()
 
     async def handle_weights_bucket(self, msg: WeightsBucket) -> Ack:
         self.buckets.update({k: torch.as_tensor(v) for k, v in msg.tensors.items()})
         if not msg.is_last:
+            return Ack()
+        if self.remote is not None:
+            state, self.buckets = self.buckets, {}
+            await self.idle.wait()  # between iterations: nothing in flight
+            await self.remote.update_weights(state, msg.version)
+            self.log.info("weights_swapped", version=msg.version, tensors=len(state))
             return Ack()
         done = anyio.Event()
         self.new_weights = (self.buckets, msg.version, done)
@@ -112,14 +155,18 @@ class GeneratorActor(Actor):
         return Ack()
 
     async def handle_get_load(self, msg: GetLoad) -> LoadReport:
+        if self.remote is not None:
+            await self.remote.check()  # raises when the server is (or was) lost
         return LoadReport(load=self.load_info())
 
     def load_info(self) -> LoadInfo:
-        engine = self._engine()
+        engine = self.remote if self.remote is not None else self._engine()
         return load_info(self.ctx.index, engine.load(), engine.counters(), engine.weight_version)
 
     def counters(self) -> dict[str, float]:
         out: dict[str, float] = {"num_chunks": self.num_chunks}
+        if self.remote is not None:
+            out["num_lost_chunks"] = self.num_lost_chunks
         if self.spec is not None:
             out.update({f"spec_{k}": v for k, v in self.spec.totals.items()})
         if self.sync is not None:
@@ -195,13 +242,40 @@ class GeneratorActor(Actor):
         self.log.info("weights_swapped", version=version, tensors=len(state))
         done.set()
 
+    async def _run_remote(self, engine: RemoteEngine, msg: ChunkAssigned) -> None:
+        """One chunk on a remote engine: one awaited call, reported unless its server was
+        lost (then the scheduler re-queues it when `GetLoad` fails)."""
+        self.started[msg.request_id] = time.time()
+        try:
+            chunk = await engine.generate(chunk_request(msg))
+        except ServerLostError as exc:
+            self.num_lost_chunks += 1
+            self.active.pop(msg.request_id, None)
+            self.started.pop(msg.request_id, None)
+            self.log.warning("chunk_lost", request=msg.request_id, error=str(exc))
+            chunk = None
+        except EngineError as exc:
+            self.log.warning("chunk_refused", request=msg.request_id, error=str(exc))
+            chunk = error_result(msg.request_id, exc, engine.weight_version)
+        if chunk is not None:
+            await self._report(chunk)
+        if not self.active:
+            self.idle.set()
+
     async def _report(self, chunk: ChunkResult) -> None:
         msg = self.active.pop(chunk.request_id)
         end = time.time()
         self.num_chunks += 1
-        if chunk.finish_reason == "chunk":
+        if chunk.finish_reason == "chunk" and self.remote is None:
             self.parked.add(chunk.request_id)
         spec = self.spec.end(chunk.request_id) if self.spec is not None else SpecStats()
+        if chunk.num_verify_steps:  # the server speculated on its own (SGLang's spec_*)
+            spec = SpecStats(
+                num_steps=chunk.num_verify_steps,
+                num_tokens=len(chunk.token_ids),
+                num_draft_tokens=chunk.num_draft_tokens,
+                num_accepted_tokens=chunk.num_accepted_tokens,
+            )
         done = chunk_finished(
             msg,
             chunk,

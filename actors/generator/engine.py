@@ -3,8 +3,9 @@
 A Generator actor drives one ``Engine``, chunk by chunk: it ``add``s chunk requests, calls
 ``poll`` in a loop (in a worker thread) and forwards each call's ``StepDelta``s (new
 tokens) and finished ``ChunkResult``s; it reads ``load`` and ``counters`` for the
-scheduler, and swaps weights with ``update_weights`` between iterations. That is all an
-out-of-process backend (an HTTP server) needs to implement.
+scheduler, and swaps weights with ``update_weights`` between iterations. A backend behind
+a network API implements ``RemoteEngine`` instead (one awaited call per chunk, many in
+flight; ``actors.generator.sglang``).
 
 An engine that verifies client drafts in its own decode steps also implements
 ``SpeculativeEngine``: the actor then calls ``step(drafts)`` with drafts for the requests
@@ -119,6 +120,7 @@ class ChunkResult:
     num_cached_tokens: int = 0
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
+    num_verify_steps: int = 0  # a server's own speculation (SGLang's spec_verify_ct), or 0
 
     @property
     def is_finished(self) -> bool:
@@ -215,3 +217,41 @@ class SpeculativeEngine(Engine, Protocol):
 
     def measure_step_times(self) -> None:
         """Profile step times now (start-up), rather than on the first ``step_time``."""
+
+
+@runtime_checkable
+class RemoteEngine(Protocol):
+    """An engine behind a network API (an SGLang server): many chunks in flight at once, each
+    an awaitable call, so the actor awaits chunks concurrently instead of polling a step
+    loop. The server batches them. ``generate`` raises ``EngineError`` for a request the
+    server refuses, and ``ServerLostError`` when the server stops serving: the chunk is then
+    not reported and ``check`` fails, so the scheduler's generator watch re-queues it."""
+
+    @property
+    def weight_version(self) -> int: ...
+
+    def load(self) -> EngineLoad:
+        """The last load seen (no I/O)."""
+
+    def counters(self) -> EngineCounters: ...
+
+    async def start(self) -> None:
+        """Attach to (or launch) the server and wait until it serves."""
+
+    async def aclose(self) -> None:
+        """Close connections; stop a server this engine launched."""
+
+    async def generate(self, request: ChunkRequest) -> ChunkResult: ...
+
+    async def abort(self, request_id: str) -> bool:
+        """Abort the request's chunk in flight (it returns ``"abort"`` with its partial
+        tokens); False when none is."""
+
+    async def update_weights(self, source: object, version: int) -> None: ...
+
+    async def check(self) -> EngineLoad:
+        """A fresh load; raises ``ServerLostError`` when the server is lost or was lost since
+        the last call (so a caller that re-queues on failure hears of every lost chunk)."""
+
+    async def watch(self) -> None:
+        """Background health checks while chunks are in flight (runs until cancelled)."""

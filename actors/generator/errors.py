@@ -44,3 +44,15 @@ class DraftError(EngineError):
 
 class EngineBusyError(EngineError):
     """The operation needs an idle engine (no running or waiting requests)."""
+
+
+class ServerError(EngineError):
+    """A generation server refused a request (HTTP 400) or answered something that is not
+    its protocol (garbage JSON, a missing field); the message is the server's or says
+    what was wrong. The chunk fails with it; nothing is retried."""
+
+
+class ServerLostError(RuntimeError):
+    """A generation server stopped serving (503, connection refused or reset, timeout).
+    Not an input error: the chunk is not reported, the generator counts as lost and the
+    scheduler re-queues its chunks from their committed progress."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from actors.drafts.options import SpecConfig
 from actors.generator.backends import BACKENDS
+from actors.generator.sglang.options import SGLangOptions
 from actors.model.options import ModelOptions
 from actors.options import check, check_choice, check_positive
 
@@ -14,7 +15,9 @@ from actors.options import check, check_choice, check_positive
 class GeneratorOptions:
     """`backend`: the engine, by name (`actors.generator.backends.BACKENDS`). `model`: the
     policy (a TOML sub-table). `max_batch` .. `profile`: the built-in engine's settings
-    (`actors.generator.builtin.EngineConfig`). `spec`: speculation (a TOML sub-table)."""
+    (`actors.generator.builtin.EngineConfig`). `spec`: speculation (a TOML sub-table).
+    `sglang`: the SGLang servers of backend "sglang" (a TOML sub-table; `max_batch` is then
+    the scheduler's cap of chunks in flight per server)."""
 
     backend: str = "builtin"
     model: ModelOptions = field(default_factory=ModelOptions)
@@ -25,6 +28,7 @@ class GeneratorOptions:
     eos_token_id: int | None = None
     profile: bool = False
     spec: SpecConfig = field(default_factory=SpecConfig)
+    sglang: SGLangOptions = field(default_factory=SGLangOptions)
 
     def __post_init__(self) -> None:
         check_choice(self, "backend", BACKENDS)

@@ -12,6 +12,8 @@ from actors.model.weights import (
     load_model_config,
     load_state_dict,
     load_weights_into,
+    read_weights,
+    save_hf_folder,
     save_model,
     to_hf_config,
 )
@@ -31,6 +33,8 @@ __all__ = [
     "load_model_config",
     "load_state_dict",
     "load_weights_into",
+    "read_weights",
+    "save_hf_folder",
     "save_model",
     "to_hf_config",
 ]

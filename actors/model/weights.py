@@ -5,8 +5,11 @@
 reads the tensors only (for a weight swap). ``load_hf_folder(folder)`` reads a local HF
 Llama or Qwen2 checkpoint folder (``config.json`` plus ``*.safetensors``): parameter names
 lose their ``model.`` prefix, otherwise they already match; ``to_hf_config(cfg)`` gives the
-HF config fields of a ``ModelConfig`` (the inverse of ``hf_config``). Nothing is ever
-downloaded.
+HF config fields of a ``ModelConfig`` (the inverse of ``hf_config``). ``save_hf_folder``
+writes the other way: a folder that Hugging Face, SGLang's ``--model-path`` and its
+``/update_weights_from_disk`` load (``config.json`` with ``architectures``, HF parameter names
+in ``model.safetensors``). ``read_weights(path)`` takes either form (a safetensors file or an
+HF folder) and returns a state dict in this model's names. Nothing is ever downloaded.
 """
 
 from __future__ import annotations
@@ -54,12 +57,22 @@ def load_model(path: StrPath) -> LlamaModel:
 
 def load_hf_folder(folder: StrPath, max_context: int | None = None) -> LlamaModel:
     """A ``LlamaModel`` from a local HF Llama/Qwen2 folder (config.json + *.safetensors)."""
-    root = Path(folder)
-    config_path = root / "config.json"
+    model = LlamaModel(hf_config(read_hf_config(folder), max_context))
+    load_weights_into(model, load_hf_state_dict(folder))
+    return model
+
+
+def read_hf_config(folder: StrPath) -> dict[str, Any]:
+    config_path = Path(folder) / "config.json"
     if not config_path.is_file():
         raise FileNotFoundError(f"{config_path} not found: not a Hugging Face model folder")
-    hf = json.loads(config_path.read_text())
-    cfg = hf_config(hf, max_context)
+    config: dict[str, Any] = json.loads(config_path.read_text())
+    return config
+
+
+def load_hf_state_dict(folder: StrPath) -> dict[str, torch.Tensor]:
+    """The tensors of an HF folder in this model's names (``model.`` prefix dropped)."""
+    root = Path(folder)
     files = sorted(root.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no *.safetensors files in {root}")
@@ -68,9 +81,38 @@ def load_hf_folder(folder: StrPath, max_context: int | None = None) -> LlamaMode
         for name, tensor in load_file(str(file)).items():
             if "rotary_emb" not in name:  # older checkpoints store inv_freq buffers
                 state[name.removeprefix("model.")] = tensor.float()
-    model = LlamaModel(cfg)
-    load_weights_into(model, state)
-    return model
+    return state
+
+
+def read_weights(path: StrPath) -> dict[str, torch.Tensor]:
+    """A state dict from a ``save_model`` safetensors file or an HF folder."""
+    if Path(path).is_dir():
+        return load_hf_state_dict(path)
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no weights at {path}: neither a safetensors file nor a folder")
+    return load_state_dict(path)
+
+
+def save_hf_folder(
+    model: LlamaModel, folder: StrPath, *, eos_token_id: int | None = None
+) -> None:
+    """Write ``model`` as a Hugging Face Llama folder: ``config.json`` and
+    ``model.safetensors`` with HF names (``model.`` + ours; ``lm_head.weight`` as is, absent
+    when tied). ``load_hf_folder`` / ``read_weights`` read it back bit for bit."""
+    root = Path(folder)
+    root.mkdir(parents=True, exist_ok=True)
+    state = {_hf_name(k): v for k, v in _unshared_state(model).items()}
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    config = {**to_hf_config(model.config), "architectures": ["LlamaForCausalLM"]}
+    config["torch_dtype"] = dtype
+    if eos_token_id is not None:
+        config["eos_token_id"] = eos_token_id
+    save_file(state, str(root / "model.safetensors"), metadata={"format": "pt"})
+    (root / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def _hf_name(name: str) -> str:
+    return name if name.startswith("lm_head.") else f"model.{name}"
 
 
 def hf_config(hf: Mapping[str, Any], max_context: int | None = None) -> ModelConfig:

@@ -29,6 +29,7 @@ It does not talk to generators, keep time, or retry: the actor shell does that.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -74,6 +75,7 @@ class SchedulerCore:
         affinity_spread: int = 4,
         growth_reserve: int | None = None,
         indexed: bool = True,
+        global_kv: bool = False,
     ) -> None:
         _require(num_instances >= 1, "num_instances >= 1", num_instances)
         _require(chunk_size >= 1, "chunk_size >= 1", chunk_size)
@@ -91,6 +93,9 @@ class SchedulerCore:
         self.max_running_per_instance = max_running_per_instance
         self.kv_high_watermark = kv_high_watermark
         self.affinity_spread = affinity_spread
+        # a global KV pool (Seer's): a chunk's KV leaves its instance when the chunk ends,
+        # so a waiting request has no home and any instance serves its next chunk alike
+        self.global_kv = global_kv
         self.counters: dict[str, int] = dict.fromkeys(COUNTER_NAMES, 0)
         self._requests: dict[str, RequestState] = {}
         self._waiting: dict[str, RequestState] = {}
@@ -111,6 +116,8 @@ class SchedulerCore:
         self._telemetry = [0] * num_instances
         self._down: set[int] = set()
         self._num_finished = 0
+        # dispatches left before the next anti-starvation promotion is allowed
+        self._until_promotion = 0
         use_index = indexed and policy.ranked and policy.bounded_by_capacity
         self._index = WaitingIndex(policy) if use_index else None
 
@@ -192,6 +199,9 @@ class SchedulerCore:
             req.status, req.kv_instance = "finished", None
             self._num_finished += 1
             self._set_home(request_id, None)
+        elif self.global_kv:
+            self._set_home(request_id, None)
+            self._to_waiting(req, now, kv_instance=None)
         else:
             self._to_waiting(req, now, kv_instance=instance)
         return "ok"
@@ -233,30 +243,34 @@ class SchedulerCore:
             if found is None:
                 break
             cursor, req = found
-            self._try_dispatch(req, True, now, out)
+            self._try_dispatch(req, True, now, out, promoted=cursor[0] == 0)
         return out
 
     def _dispatch_by_scan(self, now: float) -> list[Dispatch]:
         """The plain way: sort every waiting request, try each in turn."""
         out: list[Dispatch] = []
         bounded = self.policy.bounded_by_capacity
-        for req in list(self.policy.order(list(self._waiting.values()), now)):
+        waiting = list(self._waiting.values())
+        starved = [(True, r) for r in self.policy.starved(waiting, now)]
+        for promoted, req in starved + [(False, r) for r in self.policy.order(waiting, now)]:
             if bounded and not self._has_free_slot():
                 break
             if self._waiting.get(req.request_id) is not req:
-                continue  # defensive: a policy may only return waiting requests
-            self._try_dispatch(req, bounded, now, out)
+                continue  # dispatched already (a promotion), or not waiting (defensive)
+            if promoted and self._until_promotion > 0:
+                continue  # one promotion per `starvation_every` dispatches
+            self._try_dispatch(req, bounded, now, out, promoted=promoted)
         return out
 
     def _try_dispatch(
-        self, req: RequestState, bounded: bool, now: float, out: list[Dispatch]
+        self, req: RequestState, bounded: bool, now: float, out: list[Dispatch], *, promoted: bool
     ) -> None:
         max_tokens = min(self.chunk_size, req.remaining) if self.policy.chunked else req.remaining
         kv_need = req.prompt_len + req.generated + max_tokens
         instance = self._place(req, kv_need, bounded)
         if instance is not None:
             kv_need = need_on(req, instance, kv_need, req.prompt_len + req.generated)
-            out.append(self._dispatch(req, instance, max_tokens, kv_need, now))
+            out.append(self._dispatch(req, instance, max_tokens, kv_need, promoted))
 
     def _next_placeable(self, cursor: Key) -> tuple[Key, RequestState] | None:
         """The first waiting request after `cursor` in the policy's order that `_place` would
@@ -287,13 +301,18 @@ class SchedulerCore:
             accept = None
             if candidates and all(self._homed[p.index] for p in candidates):
                 accept = self._admitted_by(candidates)
-            found = self._index.first_after(home, cursor, accept, best[0] if best else None)
+            found = self._index.first_after(
+                home, cursor, accept, best[0] if best else None, promote=self._until_promotion <= 0
+            )
             if found is not None and (best is None or found[0] < best[0]):
                 best = found
         return best
 
     def _admitted_by(self, candidates: list[ProjectedLoad]) -> Callable[[RequestState], bool]:
-        return lambda req: any(self._admits(p, req) for p in candidates)
+        """`_admits` by any candidate: a bound on the request's context, computed once (a
+        scan may test hundreds of waiting requests that do not fit)."""
+        limit = max(self._context_limit(p) for p in candidates)
+        return lambda req: req.prompt_len + req.generated <= limit
 
     def _set_home(self, request_id: str, instance: int | None) -> None:
         context = self._requests[request_id].prompt_len + self._requests[request_id].generated
@@ -316,14 +335,17 @@ class SchedulerCore:
         """Can `load`'s instance take `req` into its working set? It needs a free place, and
         the contexts it holds plus `growth_reserve` tokens for each must fit the KV watermark
         (an empty working set always takes one request)."""
+        return req.prompt_len + req.generated <= self._context_limit(load)
+
+    def _context_limit(self, load: ProjectedLoad) -> float:
+        """The largest context `load`'s instance admits into its working set now."""
         i = load.index
         if self._homed[i] == 0:
-            return True
+            return math.inf
         if self._homed[i] >= load.max_running:
-            return False
-        need = self._homed_kv[i] + req.prompt_len + req.generated
-        need += (self._homed[i] + 1) * self.growth_reserve
-        return need <= self.kv_high_watermark * load.kv_tokens_total
+            return -math.inf
+        room = self.kv_high_watermark * load.kv_tokens_total - self._homed_kv[i]
+        return room - (self._homed[i] + 1) * self.growth_reserve
 
     def _place(self, req: RequestState, kv_need: int, bounded: bool) -> int | None:
         pin = self.policy.pin(req)
@@ -350,10 +372,12 @@ class SchedulerCore:
         return (load.num_running, self._homed_kv[load.index] / kv_tokens_total, load.index)
 
     def _dispatch(
-        self, req: RequestState, instance: int, max_tokens: int, kv_need: int, now: float
+        self, req: RequestState, instance: int, max_tokens: int, kv_need: int, promoted: bool
     ) -> Dispatch:
-        if self.policy.is_starved(req, now):
+        self._until_promotion -= 1
+        if promoted:
             self.counters["starvation_picks"] += 1
+            self._until_promotion = self.policy.starvation_every - 1
         if req.kv_instance is not None and req.kv_instance != instance:
             self.counters["chunks_moved"] += 1
         self.counters["dispatches"] += 1

@@ -18,8 +18,10 @@ class SchedulerOptions:
     per chunk for chunked policies. `max_running_per_instance` and `kv_high_watermark`:
     capacity per generator. `affinity_spread`: how much busier the instance holding a
     request's KV may be before the request moves. `starvation_s`: context-aware's
-    anti-starvation age. `health_interval_s` / `health_timeout_s`: how often generators with
-    work are asked for their load, and how long before one counts as lost."""
+    anti-starvation age (for requests that have run a chunk); `starvation_every`: at most
+    one starved request promoted per this many dispatches. `health_interval_s` /
+    `health_timeout_s`: how often generators with work are asked for their load, and how
+    long before one counts as lost."""
 
     policy: str = "context_aware"
     chunk_size: int = 128
@@ -27,6 +29,7 @@ class SchedulerOptions:
     kv_high_watermark: float = 0.9
     affinity_spread: int = 4
     starvation_s: float = 60.0
+    starvation_every: int = 8
     health_interval_s: float = 2.0
     health_timeout_s: float = 5.0
     growth_reserve: int | None = None
@@ -38,6 +41,7 @@ class SchedulerOptions:
             "chunk_size",
             "max_running_per_instance",
             "starvation_s",
+            "starvation_every",
             "health_interval_s",
             "health_timeout_s",
         )

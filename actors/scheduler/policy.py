@@ -10,16 +10,24 @@ force an instance. ``chunked`` says whether requests run in chunks of ``chunk_si
 completion; ``bounded_by_capacity`` whether the core enforces slot and KV limits.
 
 A policy whose order is a fixed key per waiting request also gives it as ``rank`` (ties:
-the order requests entered the waiting buffer, as ``order``'s stable sort has them), with
-``starvation_s`` when requests waiting longer than that go first, oldest first. Then the
+the order requests entered the waiting buffer, as ``order``'s stable sort has them). Then the
 core keeps the waiting buffer sorted as requests come and go (``WaitingIndex``) instead of
 sorting and scanning all of it for every dispatch; ``order`` stays the definition.
+
+Anti-starvation (``starvation_s``, ``starvation_every``): a request that has run at least
+one chunk and then waited longer than ``starvation_s`` is starved (``starved`` lists them,
+oldest first). The core promotes at most one starved request ahead of ``order`` per
+``starvation_every`` dispatches -- relief is occasional, as Seer schedules underserved
+groups only now and then; between promotions starved requests keep their place in
+``order``. A request that has never run is never starved: its wait since the rollout began
+is the policy's choice, not neglect (counting it made every backlogged request "starved"
+after ``starvation_s`` and turned context-aware into FIFO).
 
 - ``GroupRoundRobin``: the veRL baseline. Whole groups pinned round-robin by first arrival,
   FIFO, run to completion, no capacity limits (the engine queues and preempts).
 - ``Divided``: Seer's divided rollout alone: chunks, FIFO by re-entry time.
 - ``ContextAware``: Seer's Algorithm 2 -- probes first (fewest generated first), then the
-  rest by descending group estimate; requests waiting past ``starvation_s`` go first.
+  rest by descending group estimate; occasional anti-starvation promotions (above).
 - ``Oracle``: longest true remaining length first (true lengths given; comparison only).
 """
 
@@ -53,7 +61,8 @@ class Policy(ABC):
     chunked: bool = True
     bounded_by_capacity: bool = True
     ranked: bool = False  # whether ``rank`` gives ``order``'s key
-    starvation_s: float | None = None  # ranked policies: waiting longer goes first (FIFO)
+    starvation_s: float | None = None  # started requests waiting longer may be promoted
+    starvation_every: int = 1  # at most one promotion per this many dispatches
 
     def add(self, req: RequestState) -> None:  # noqa: B027 (an optional hook)
         """``req`` entered the system (it is waiting)."""
@@ -72,7 +81,7 @@ class Policy(ABC):
         """The waiting requests, most preferred first."""
 
     def rank(self, req: RequestState) -> tuple[Any, ...]:
-        """``order``'s sort key for a waiting request that is not starved (``ranked``
+        """``order``'s sort key for a waiting request (``ranked``
         policies): fixed while it waits, except through ``update_estimate`` of its group."""
         raise NotImplementedError(f"policy {self.name!r} has no rank")
 
@@ -82,8 +91,13 @@ class Policy(ABC):
         return None
 
     def is_starved(self, req: RequestState, now: float) -> bool:
-        """Whether picking ``req`` now is an anti-starvation pick (for counters only)."""
-        return False
+        """Whether ``req`` may be promoted ahead of ``order`` now (anti-starvation)."""
+        limit = self.starvation_s
+        return limit is not None and req.chunk_seq > 0 and now - req.enqueued_at > limit
+
+    def starved(self, waiting: Sequence[RequestState], now: float) -> list[RequestState]:
+        """The starved waiting requests, oldest first (promotion candidates)."""
+        return sorted((r for r in waiting if self.is_starved(r, now)), key=_fifo_key)
 
 
 class GroupRoundRobin(Policy):
@@ -124,13 +138,18 @@ class ContextAware(Policy):
     ranked = True
     starvation_s: float
 
-    def __init__(self, max_new_tokens: int, starvation_s: float = 5.0) -> None:
+    def __init__(
+        self, max_new_tokens: int, starvation_s: float = 5.0, starvation_every: int = 8
+    ) -> None:
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if starvation_s <= 0:
             raise ValueError(f"starvation_s must be > 0, got {starvation_s}")
+        if starvation_every < 1:
+            raise ValueError(f"starvation_every must be >= 1, got {starvation_every}")
         self.max_new_tokens = max_new_tokens
         self.starvation_s = starvation_s
+        self.starvation_every = starvation_every
         self._estimates: dict[str, int] = {}
 
     def update_estimate(self, group_id: str, estimate: int) -> None:
@@ -140,25 +159,13 @@ class ContextAware(Policy):
         """L[g]: the longest finished sibling, or the generation limit before any finished."""
         return self._estimates.get(group_id, self.max_new_tokens)
 
-    def is_starved(self, req: RequestState, now: float) -> bool:
-        return now - req.enqueued_at > self.starvation_s
-
     def rank(self, req: RequestState) -> tuple[Any, ...]:
         if req.is_probe:
             return (0, req.generated, *_fifo_key(req))
         return (1, -self.estimate(req.group_id), *_fifo_key(req))
 
     def order(self, waiting: Sequence[RequestState], now: float) -> Iterable[RequestState]:
-        starved = sorted((r for r in waiting if self.is_starved(r, now)), key=_fifo_key)
-        fresh = [r for r in waiting if not self.is_starved(r, now)]
-        probes = sorted(
-            (r for r in fresh if r.is_probe), key=lambda r: (r.generated, *_fifo_key(r))
-        )
-        rest = sorted(
-            (r for r in fresh if not r.is_probe),
-            key=lambda r: (-self.estimate(r.group_id), *_fifo_key(r)),
-        )
-        return [*starved, *probes, *rest]
+        return sorted(waiting, key=self.rank)
 
 
 class Oracle(Policy):
@@ -189,6 +196,7 @@ def make_policy(
     max_new_tokens: int,
     true_lengths: Mapping[str, int] | None = None,
     starvation_s: float = 5.0,
+    starvation_every: int = 8,
 ) -> Policy:
     """A policy by its name: one of ``POLICY_NAMES``."""
     if name == "baseline":
@@ -196,7 +204,7 @@ def make_policy(
     if name == "divided":
         return Divided()
     if name == "context_aware":
-        return ContextAware(max_new_tokens, starvation_s)
+        return ContextAware(max_new_tokens, starvation_s, starvation_every)
     if name == "oracle":
         if true_lengths is None:
             raise ValueError("the 'oracle' policy needs true_lengths")

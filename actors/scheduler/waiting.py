@@ -8,10 +8,12 @@ working-set place frees). This index keeps the waiting requests of a ``ranked`` 
 request's context; None for requests with none), so that the core asks each part for its
 first request after a cursor that a predicate accepts: a bisection, then usually one look.
 
-Keys, comparable across parts, reproduce ``Policy.order`` exactly: ``(0, enqueued_at,
-arrival, seq)`` for a starved request (waiting longer than ``policy.starvation_s``) and
-``(1, *policy.rank(req), seq)`` otherwise, ``seq`` counting entries into the buffer (the
-stable sort's tie order). A part moves requests that turned starved at ``refresh(now)``;
+Keys, comparable across parts, reproduce ``Policy.order`` exactly: ``(1, *policy.rank(req),
+seq)``, ``seq`` counting entries into the buffer (the stable sort's tie order). Requests
+that are starved (``Policy.is_starved``: ran a chunk, then waited past ``starvation_s``) are
+also listed under ``(0, enqueued_at, arrival, seq)``, ahead of every rank, as promotion
+candidates (``Policy.starved``'s order); they keep their ranked entry too, since the core
+promotes only occasionally. A part moves requests that turned starved at ``refresh(now)``;
 each request moves at most once per wait, so upkeep is O(log n) per request per chunk.
 Pure and synchronous; it never decides anything, the core does.
 """
@@ -41,11 +43,11 @@ class _Part:
 
     def __init__(self) -> None:
         self.starved: list[Entry] = []  # keys (0, enqueued_at, arrival, seq)
-        self.ranked: list[Entry] = []  # keys (1, *rank, seq)
-        self.by_age: list[Entry] = []  # the ranked ones by (enqueued_at, arrival, seq)
+        self.ranked: list[Entry] = []  # keys (1, *rank, seq): every waiting request
+        self.by_age: list[Entry] = []  # started, not yet starved: (enqueued_at, arrival, seq)
 
     def __len__(self) -> int:
-        return len(self.starved) + len(self.ranked)
+        return len(self.ranked)
 
 
 def _remove(entries: list[Entry], key: Key) -> None:
@@ -74,8 +76,8 @@ class WaitingIndex:
             raise ValueError(f"policy {policy.name!r} has no rank to index by")
         self.policy = policy
         self._parts: dict[int | None, _Part] = {}
-        # request id -> (home, age key (enqueued_at, arrival, seq), rank key or None if starved)
-        self._where: dict[str, tuple[int | None, Key, Key | None]] = {}
+        # request id -> (home, age key (enqueued_at, arrival, seq), rank key, is starved)
+        self._where: dict[str, tuple[int | None, Key, Key, bool]] = {}
         self._groups: dict[str, dict[str, RequestState]] = {}  # waiting members per group
         self._seq = 0
         self._now = float("-inf")
@@ -91,19 +93,20 @@ class WaitingIndex:
         age = (req.enqueued_at, req.arrival, seq)
         rank = self._rank_key(req, seq)
         insort(part.ranked, (rank, req), key=_key)
-        insort(part.by_age, (age, req), key=_key)
-        self._where[req.request_id] = (home, age, rank)
+        if self._may_starve(req):
+            insort(part.by_age, (age, req), key=_key)
+        self._where[req.request_id] = (home, age, rank, False)
         self._groups.setdefault(req.group_id, {})[req.request_id] = req
         self._settle(part, self._now)
 
     def remove(self, req: RequestState) -> int:
         """``req`` left the waiting buffer; returns its tie order (``seq``)."""
-        home, age, rank = self._where.pop(req.request_id)
+        home, age, rank, starved = self._where.pop(req.request_id)
         part = self._parts[home]
-        if rank is None:
+        _remove(part.ranked, rank)
+        if starved:
             _remove(part.starved, (0, *age))
-        else:
-            _remove(part.ranked, rank)
+        elif self._may_starve(req):
             _remove(part.by_age, age)
         if not len(part):
             del self._parts[home]
@@ -121,15 +124,13 @@ class WaitingIndex:
     def rerank_group(self, group_id: str) -> None:
         """The policy's ranks of ``group_id``'s members may have changed (a new estimate)."""
         for req in list(self._groups.get(group_id, {}).values()):
-            home, age, rank = self._where[req.request_id]
-            if rank is None:
-                continue  # starved: ranked by age alone
+            home, age, rank, starved = self._where[req.request_id]
             new = self._rank_key(req, age[-1])
             if new != rank:
                 part = self._parts[home]
                 _remove(part.ranked, rank)
                 insort(part.ranked, (new, req), key=_key)
-                self._where[req.request_id] = (home, age, new)
+                self._where[req.request_id] = (home, age, new, starved)
 
     def refresh(self, now: float) -> None:
         """Move the requests that are starved at ``now`` ahead (and back, if time went back)."""
@@ -150,42 +151,39 @@ class WaitingIndex:
         cursor: Key,
         accept: Callable[[RequestState], bool] | None,
         before: Key | None = None,
+        *,
+        promote: bool = True,
     ) -> Entry | None:
         """The first request of ``home`` after ``cursor`` (and before ``before``) in the
-        policy's order that ``accept`` takes (None: any), with its key."""
+        policy's order that ``accept`` takes (None: any), with its key; ``promote``: starved
+        requests first (a promotion), else everyone by rank."""
         part = self._parts.get(home)
         if part is None:
             return None
-        return _first_after(part.starved, cursor, accept, before) or _first_after(
-            part.ranked, cursor, accept, before
-        )
+        found = _first_after(part.starved, cursor, accept, before) if promote else None
+        return found or _first_after(part.ranked, cursor, accept, before)
 
     def _rank_key(self, req: RequestState, seq: int) -> Key:
         return (1, *self.policy.rank(req), seq)
 
-    def _is_starved(self, req: RequestState, now: float) -> bool:
-        limit = self.policy.starvation_s
-        return limit is not None and now - req.enqueued_at > limit
+    def _may_starve(self, req: RequestState) -> bool:
+        return self.policy.starvation_s is not None and req.chunk_seq > 0
 
     def _settle(self, part: _Part, now: float) -> None:
-        """Oldest first, move the ranked requests that are starved at ``now``."""
-        while part.by_age and self._is_starved(part.by_age[0][1], now):
+        """Oldest first, list the started requests that are starved at ``now``."""
+        while part.by_age and self.policy.is_starved(part.by_age[0][1], now):
             age, req = part.by_age.pop(0)
-            home, _, rank = self._where[req.request_id]
-            assert rank is not None
-            _remove(part.ranked, rank)
+            home, _, rank, _ = self._where[req.request_id]
             insort(part.starved, ((0, *age), req), key=_key)
-            self._where[req.request_id] = (home, age, None)
+            self._where[req.request_id] = (home, age, rank, True)
 
     def _unstarve(self, part: _Part, now: float) -> None:
         keep = []
         for key, req in part.starved:
-            if self._is_starved(req, now):
+            if self.policy.is_starved(req, now):
                 keep.append((key, req))
                 continue
-            home, age, _ = self._where[req.request_id]
-            rank = self._rank_key(req, age[-1])
-            insort(part.ranked, (rank, req), key=_key)
+            home, age, rank, _ = self._where[req.request_id]
             insort(part.by_age, (age, req), key=_key)
-            self._where[req.request_id] = (home, age, rank)
+            self._where[req.request_id] = (home, age, rank, False)
         part.starved = keep

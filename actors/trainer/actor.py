@@ -7,10 +7,20 @@ anything changes; the caller gets the error), publishes the new weights to every
 generator in bounded tensor buckets and the version to the scheduler, and answers with a
 `TrainReport`. The model is built from the `model` option by `build_model`, exactly as
 the generators build theirs.
+
+Trainer ranks: with R "trainer" actors in the topology (or under torchrun, whose
+environment wins) each actor is one rank of a torch.distributed group (gloo on CPU, NCCL on
+GPU; rank = the actor's index). Samples then arrive from the data dispatcher
+(`SampleDispatched` and `GroupAdvantages`, one-way, buffered in a `ShardBuffer`); the
+`ShardLayout` call tells a rank which requests it holds and starts the data-parallel step
+(`RankedGRPOTrainer.step_shard`); only rank 0 publishes weights. A rank whose shard does not
+match its layout fails the step on every rank (the ranks agree before training). Every rank
+loads a checkpoint; rank 0 saves them.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 
@@ -20,11 +30,24 @@ import torch
 from actors.base import Actor, ActorContext, Handler
 from actors.model import build_model
 from actors.trainer.checkpoint import load_checkpoint, save_checkpoint
-from actors.trainer.core import GRPOTrainer, SamplingTransform
+from actors.trainer.core import SamplingTransform
+from actors.trainer.dispatch import DispatchError, ShardBuffer, imbalance
 from actors.trainer.options import TrainerOptions
+from actors.trainer.parallel import RankedGRPOTrainer
 from actors.trainer.publish import publish_weights
+from actors.trainer.ranks import RankEnv, close_ranks, init_ranks
 from actors.trainer.wire import train_sample
-from transport.messages import Ack, LoadCheckpoint, Message, SaveCheckpoint, TrainReport, TrainStep
+from transport.messages import (
+    Ack,
+    GroupAdvantages,
+    LoadCheckpoint,
+    Message,
+    SampleDispatched,
+    SaveCheckpoint,
+    ShardLayout,
+    TrainReport,
+    TrainStep,
+)
 
 
 class TrainerActor(Actor):
@@ -34,22 +57,48 @@ class TrainerActor(Actor):
     def __init__(self, ctx: ActorContext) -> None:
         super().__init__(ctx)
         self.opts: TrainerOptions = ctx.options or TrainerOptions()
-        self.trainer: GRPOTrainer | None = None
+        self.trainer: RankedGRPOTrainer | None = None
+        self.rank_env = self._rank_env()
+        self.buffer = ShardBuffer()
 
     def handlers(self) -> Mapping[type[Message], Handler]:
         return {
             TrainStep: self.handle_train_step,
+            SampleDispatched: self.handle_sample_dispatched,
+            GroupAdvantages: self.handle_group_advantages,
+            ShardLayout: self.handle_shard_layout,
             SaveCheckpoint: self.handle_save_checkpoint,
             LoadCheckpoint: self.handle_load_checkpoint,
         }
 
+    def _rank_env(self) -> RankEnv:
+        if "WORLD_SIZE" in os.environ:  # under torchrun
+            return RankEnv.from_env()
+        return RankEnv(
+            rank=self.ctx.index,
+            world_size=max(1, self.num_peers("trainer")),
+            local_rank=self.ctx.index,
+            master_addr=self.opts.dist_addr,
+            master_port=self.opts.dist_port,
+        )
+
+    @property
+    def is_publisher(self) -> bool:
+        return self.rank_env.rank == 0
+
     async def on_start(self) -> None:
+        env, timeout = self.rank_env, self.opts.dist_timeout_s
+        await anyio.to_thread.run_sync(lambda: init_ranks(env, timeout_s=timeout))
+        self.log.info("rank_joined", rank=env.rank, world_size=env.world_size)
         self.trainer = await anyio.to_thread.run_sync(self._build)
 
-    def _build(self) -> GRPOTrainer:
+    async def on_stop(self) -> None:
+        close_ranks()
+
+    def _build(self) -> RankedGRPOTrainer:
         torch.set_num_threads(self.opts.num_threads)
         o = self.opts
-        return GRPOTrainer(
+        return RankedGRPOTrainer(
             build_model(o.model),
             lr=o.lr,
             max_grad_norm=o.max_grad_norm,
@@ -62,13 +111,15 @@ class TrainerActor(Actor):
             seed=o.seed,
         )
 
-    def _core(self) -> GRPOTrainer:
+    def _core(self) -> RankedGRPOTrainer:
         if self.trainer is None:
             raise RuntimeError("trainer not started")
         return self.trainer
 
     async def handle_train_step(self, msg: TrainStep) -> TrainReport:
         trainer = self._core()
+        if self.rank_env.world_size > 1:
+            raise DispatchError("a multi-rank trainer takes its samples from the dispatcher")
         samples = [train_sample(s) for s in msg.samples]
         sp = msg.sampling
         transform = SamplingTransform(sp.temperature, sp.top_k, sp.top_p)
@@ -86,13 +137,59 @@ class TrainerActor(Actor):
         )
         return TrainReport(iteration=msg.iteration, version=trainer.version, stats=stats)
 
-    async def _publish(self, trainer: GRPOTrainer) -> None:
+    async def handle_sample_dispatched(self, msg: SampleDispatched) -> None:
+        self.buffer.add_sample(msg.iteration, msg.sample)
+
+    async def handle_group_advantages(self, msg: GroupAdvantages) -> None:
+        self.buffer.add_advantages(msg)
+
+    async def handle_shard_layout(self, msg: ShardLayout) -> TrainReport:
+        """Train this rank's shard with the other ranks; rank 0 then publishes."""
+        trainer = self._core()
+        error: DispatchError | None = None
+        try:
+            shard = self.buffer.take(msg)
+        except DispatchError as exc:
+            error = exc
+            self.buffer = ShardBuffer()
+        is_ok = await anyio.to_thread.run_sync(lambda: trainer.agree(error is None))
+        if error is not None:
+            raise error
+        if not is_ok:
+            raise DispatchError(f"iteration {msg.iteration}: another rank's shard is incomplete")
+        s = msg.sampling
+        transform = SamplingTransform(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
+        stats = await anyio.to_thread.run_sync(
+            lambda: trainer.step_shard(
+                shard.samples,
+                expected_version=msg.expected_version,
+                transform=transform,
+                advantages=shard.advantages,
+                flat_share=shard.flat_share,
+            )
+        )
+        start = time.perf_counter()
+        if self.is_publisher:
+            await self._publish(trainer)
+        stats = stats | {
+            "publish_s": time.perf_counter() - start,
+            "num_dropped": float(msg.num_dropped),
+            "token_imbalance": imbalance(msg.num_tokens),
+            "num_ranks": float(len(msg.num_samples)),
+        }
+        self.log.info(
+            "trained_shard", iteration=msg.iteration, rank=msg.rank, version=trainer.version
+        )
+        return TrainReport(iteration=msg.iteration, version=trainer.version, stats=stats)
+
+    async def _publish(self, trainer: RankedGRPOTrainer) -> None:
         await publish_weights(
             self.mailbox,
             trainer.state_dict(),
             trainer.version,
             num_generators=self.num_peers("generator"),
             bucket_bytes=self.opts.bucket_bytes,
+            notify_scheduler=self.has_peer("scheduler"),
         )
 
     async def handle_save_checkpoint(self, msg: SaveCheckpoint) -> Ack:
@@ -105,5 +202,6 @@ class TrainerActor(Actor):
     async def handle_load_checkpoint(self, msg: LoadCheckpoint) -> TrainReport:
         trainer = self._core()
         info = await anyio.to_thread.run_sync(lambda: load_checkpoint(trainer, msg.path))
-        await self._publish(trainer)
+        if self.is_publisher:
+            await self._publish(trainer)
         return TrainReport(iteration=int(info["iteration"]), version=trainer.version, stats={})

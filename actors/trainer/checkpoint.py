@@ -5,8 +5,12 @@
     model.safetensors   the weights, via ``actors.model.save_model`` (config in its metadata)
     state.pt            optimiser state and RNG states: torch, numpy, python ``random`` and
                         the trainer's own generator (loaded with ``weights_only=True``)
+    hf/                 the same weights as a Hugging Face Llama folder (``config.json``,
+                        ``model.safetensors``; ``actors.model.save_hf_folder``): what SGLang's
+                        ``--model-path`` and ``/update_weights_from_disk`` load, and so
+                        does ``seer serve --model``
     meta.json           format, iteration, trainer version, ``extra`` (JSON), and the sha256
-                        of the two files above; written last
+                        of the model and state files; written last
 
 The whole folder is first written under a temporary sibling name, then renamed into place (an
 existing checkpoint at ``path`` is moved aside and removed only after the rename), so a crash
@@ -35,12 +39,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from actors.model import load_model_config, load_state_dict, load_weights_into, save_model
+from actors.model import (
+    load_model_config,
+    load_state_dict,
+    load_weights_into,
+    save_hf_folder,
+    save_model,
+)
 from actors.model.weights import StrPath
 from actors.trainer.core import GRPOTrainer
 
 FORMAT = 1
 _MODEL, _STATE, _META = "model.safetensors", "state.pt", "meta.json"
+HF_FOLDER = "hf"
 _NO_EXTRA: Mapping[str, Any] = MappingProxyType({})
 
 
@@ -63,6 +74,7 @@ def save_checkpoint(
     try:
         save_model(trainer.model, tmp / _MODEL)
         torch.save(_state(trainer), tmp / _STATE)
+        save_hf_folder(trainer.model, tmp / HF_FOLDER)
         meta = {
             "format": FORMAT,
             "iteration": iteration,

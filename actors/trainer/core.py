@@ -61,6 +61,14 @@ class SamplingTransform:
     top_k: int = 0
     top_p: float = 1.0
 
+    def __post_init__(self) -> None:
+        if self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
+            raise ValueError(f"invalid sampling transform {self}")
+
+    @property
+    def is_identity(self) -> bool:
+        return self.temperature in (0.0, 1.0) and self.top_k == 0 and self.top_p >= 1.0
+
 
 class OffPolicyError(ValueError):
     """A sample (or the trainer) is not on the weight version the step was asked to train."""

@@ -30,6 +30,11 @@ class TrainerOptions:
     bucket_bytes: int = 16 << 20
     num_threads: int = 2
     seed: int = 0
+    # trainer ranks (the topology's count of "trainer" actors): where rank 0 hosts the
+    # torch.distributed rendezvous; ignored under torchrun, which sets MASTER_ADDR/PORT
+    dist_addr: str = "127.0.0.1"
+    dist_port: int = 29500
+    dist_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
         check_positive(

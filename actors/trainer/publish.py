@@ -53,9 +53,20 @@ async def publish_weights(
     num_generators: int,
     bucket_bytes: int = 16 << 20,
     timeout_s: float = 300.0,
+    notify_scheduler: bool = True,
 ) -> tuple[int, ...]:
-    """Publish `version`; returns the generators that missed it."""
+    """Publish `version` to the generators the scheduler holds live; returns those that
+    missed it. Without a scheduler (`notify_scheduler=False`: trainer ranks alone) every
+    generator is called and a failure raises."""
     parts = list(buckets(state, bucket_bytes))
+    if not notify_scheduler:
+        for index in range(num_generators):
+            for b, tensors in enumerate(parts):
+                msg = WeightsBucket(
+                    version=version, bucket=b, tensors=tensors, is_last=b == len(parts) - 1
+                )
+                await mailbox.call("generator", index, msg, timeout_s)
+        return ()
     live = await live_generators(mailbox, num_generators, timeout_s)
     missed = [i for i in range(num_generators) if i not in live]
     for index in live:

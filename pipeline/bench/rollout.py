@@ -12,6 +12,7 @@ with every slot decoding) and the longest request alone.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import tempfile
@@ -87,6 +88,7 @@ async def run_policies(
     policies: tuple[str, ...],
     console: Console,
     repeats: int = 1,
+    ready_timeout_s: float | None = None,
 ) -> dict[str, list[RolloutRecord]]:
     prompts = [
         PromptSpec(prompt_id=p.prompt_id, token_ids=p.token_ids, forced_lens=p.target_lens)
@@ -98,6 +100,8 @@ async def run_policies(
     # scheduling alone: random-model text gives drafts nothing to find (`seer bench drafts`)
     gen = {"spec": {"mode": "off"}, **gen}
     config = rollout_config(num_generators=2, chunk_size=chunk_size, generator=gen)
+    if ready_timeout_s is not None:  # a loaded machine starts actors slowly
+        config = dataclasses.replace(config, ready_timeout_s=ready_timeout_s)
     records: dict[str, list[RolloutRecord]] = {name: [] for name in policies}
     async with Rollout(config) as rollout:
         await rollout.generate(

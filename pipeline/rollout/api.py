@@ -30,6 +30,7 @@ import torch
 from actors.drafts.options import SpecConfig
 from actors.trainer.core import OffPolicyError as OffPolicyError  # raised by generate()
 from actors.trainer.publish import publish_weights
+from pipeline.backend import server_start_s
 from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfig
 from pipeline.launch import Cluster, launch
 from pipeline.rollout.metrics import compute_metrics, save_metrics
@@ -124,6 +125,9 @@ def rollout_config(
         store = ActorGroup(role="drafts", kind="drafts", options=dict(drafts or {}))
         topology = Topology(actors=(*topology.actors, store))
     extra: dict[str, Any] = {} if run_id is None else {"run_id": run_id}
+    wait = server_start_s(gen_opts)
+    if wait:  # generators that launch their server report ready once it serves
+        extra["ready_timeout_s"] = wait
     return PipelineConfig(topology=topology, transport=TransportConfig(run_dir=run_dir), **extra)
 
 
@@ -137,8 +141,8 @@ class Rollout:
         mode: Literal["local", "inprocess", "ray", "static"] = "local",
         bucket_bytes: int = 16 << 20,
         timeout_s: float = 3600.0,
-        launcher_options: Mapping[str, Any] | None = None,
         scheduler_silence_s: float = 10.0,
+        launcher_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.config = config
         self.mode = mode

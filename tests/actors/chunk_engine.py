@@ -51,7 +51,7 @@ class ChunkOnlyEngine:
         self._inner.update_weights(source, version)
 
 
-def build_chunk_only(options: GeneratorOptions) -> Engine:
+def build_chunk_only(options: GeneratorOptions, index: int = 0) -> Engine:
     from actors.generator.builtin import build_torch_engine
 
     return ChunkOnlyEngine(build_torch_engine(options))

@@ -49,7 +49,7 @@ def test_backend_registry_builds_the_builtin_engine() -> None:
     assert isinstance(engine, TorchEngine)
     assert isinstance(engine, Engine) and isinstance(engine, SpeculativeEngine)
     assert engine.load().max_running == 4
-    assert sorted(BACKENDS) == ["builtin"]
+    assert sorted(BACKENDS) == ["builtin", "sglang"]
 
 
 def test_a_chunk_level_engine_is_not_speculative() -> None:

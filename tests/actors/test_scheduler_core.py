@@ -158,15 +158,15 @@ def test_requeue_instance() -> None:
 
 
 def test_starvation_picks_counted() -> None:
-    core = core_for("context_aware", num_instances=1, max_running_per_instance=2)
+    core = core_for("context_aware", num_instances=1, max_running_per_instance=4)
     core.add(group("g0", 3, 0), now=0.0)
-    first = core.next_dispatches(0.0)
-    assert [d.request_id for d in first] == ["g0-0", "g0-1"]  # the probe first
-    probe, other = first
-    core.on_chunk_finished(other.request_id, 0, other.chunk_seq, 16, True, 10.0)
-    core.on_chunk_finished(probe.request_id, 0, probe.chunk_seq, 16, False, 10.0)
-    # g0-2 waited 10 s > 5 s: it goes before the probe
-    assert [d.request_id for d in core.next_dispatches(10.0)] == ["g0-2", "g0-0"]
+    for d in core.next_dispatches(0.0):
+        core.on_chunk_finished(d.request_id, 0, d.chunk_seq, 16, False, 1.0)
+    core.add(group("g1", 3, 3), now=1.0)
+    # g0's members ran a chunk, then waited 9 s > 5 s: the oldest is promoted ahead of the
+    # fresh probe g1-0 (which has generated less, so it would go first by rank)
+    got = [d.request_id for d in core.next_dispatches(10.0)]
+    assert got == ["g0-0", "g1-0", "g0-1", "g0-2"]
     assert core.counters["starvation_picks"] == 1
 
 

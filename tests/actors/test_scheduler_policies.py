@@ -83,10 +83,14 @@ def test_anti_starvation_goes_first() -> None:
     policy = ContextAware(max_new_tokens=1000, starvation_s=5.0)
     policy.update_estimate("short", 10)
     old = req("old", "short", arrival=0, enqueued_at=0.0)
+    old.chunk_seq = 1  # it ran a chunk, then waited
+    unstarted = req("new", "short", arrival=2, enqueued_at=0.0)
     probe = req("p", "other", probe=True, arrival=1, enqueued_at=4.0)
-    assert ids(policy.order([probe, old], now=5.0)) == ["p", "old"]  # exactly 5 s: not yet
-    assert ids(policy.order([probe, old], now=5.5)) == ["old", "p"]
+    assert policy.starved([probe, old, unstarted], now=5.0) == []  # exactly 5 s: not yet
+    assert ids(policy.starved([probe, old, unstarted], now=5.5)) == ["old"]
+    assert ids(policy.order([probe, old], now=5.5)) == ["p", "old"]  # order itself: by rank
     assert policy.is_starved(old, 5.5) and not policy.is_starved(probe, 5.5)
+    assert not policy.is_starved(unstarted, 100.0)  # never ran: never starved
 
 
 def test_divided_fifo_by_reentry() -> None:

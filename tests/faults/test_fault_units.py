@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import copy
 
+import anyio
 import pytest
 
+from actors.base import ActorContext
 from actors.drafts.client import DraftClient
 from actors.drafts.store import DraftStore
+from actors.estimator.actor import LengthEstimatorActor
+from actors.estimator.options import EstimatorOptions
 from actors.generator import ChunkRequest, Draft, SamplingParams
 from actors.model import LlamaModel
 from actors.trainer import GRPOTrainer, TrainSample
@@ -23,7 +27,16 @@ from pipeline.rl_config import RunConfig
 from pipeline.rollout.api import Group
 from pipeline.run import trainable
 from tests.actors.engine_util import drive, make_engine, tiny_model
-from transport.messages import GroupInfo, SampleResult, TokensAppended, TrainSampleSpec
+from transport.inproc import InprocHub, InprocTransport
+from transport.messages import (
+    EstimateUpdated,
+    GroupInfo,
+    GroupsOpened,
+    RequestFinished,
+    SampleResult,
+    TokensAppended,
+    TrainSampleSpec,
+)
 
 # --- the trainer computes new logprobs under the sampling transform -------------------------
 
@@ -195,3 +208,47 @@ def test_tokens_appended_type_is_what_the_sync_offers() -> None:
     client = _client_with_tokens([1])
     msg = TokensAppended(appends=client.take_appends())
     assert msg.appends[0].token_ids == (1,)
+
+
+# --- use_prior reaches the scheduler ------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_use_prior_sends_the_prior_when_a_group_opens() -> None:
+    """The estimator's shell, over in-process channels, with the scheduler's inbox read
+    directly: with `use_prior`, reopening a prompt's group sends its prior at once (before
+    the fix the option changed nothing the scheduler saw); without it, nothing is sent."""
+    for use_prior, expected in ((True, [5]), (False, [])):
+        hub = InprocHub()
+        transport = InprocTransport(hub)
+        inbox = transport.reply("inproc://t/scheduler-0", bind=True)
+        ctx = ActorContext(
+            role="estimator",
+            index=0,
+            address="inproc://t/estimator-0",
+            address_of=lambda role, i: f"inproc://t/{role}-{i}",
+            transport=transport,
+            options=EstimatorOptions(use_prior=use_prior),
+        )
+        actor = LengthEstimatorActor(ctx)
+        group = GroupInfo(group_id="g1", prompt_id="p", size=1)
+        await actor.handle_groups_opened(
+            GroupsOpened(rollout_id="r1", groups=(group,), generation_limit=50)
+        )
+        done = RequestFinished(
+            rollout_id="r1", group_id="g1", request_id="x", output_len=5, context_len=9
+        )
+        await actor.handle_request_finished(done)
+        first = await inbox.recv()  # the estimate of the finished group
+        assert isinstance(first.msg, EstimateUpdated) and first.msg.estimate == 5
+        again = GroupInfo(group_id="g2", prompt_id="p", size=1)
+        await actor.handle_groups_opened(
+            GroupsOpened(rollout_id="r2", groups=(again,), generation_limit=50)
+        )
+        got = []
+        with anyio.move_on_after(0.5):
+            msg = (await inbox.recv()).msg
+            assert isinstance(msg, EstimateUpdated) and msg.rollout_id == "r2"
+            got.append(msg.estimate)
+        assert got == expected
+        transport.close()

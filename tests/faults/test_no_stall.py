@@ -118,7 +118,9 @@ async def test_the_driver_fails_fast_when_the_scheduler_dies(tmp_path: Path) -> 
                 tg.start_soon(kill_soon)
                 with pytest.raises(SchedulerLost, match="scheduler-0 exited"):
                     await rollout.generate(_prompts(4), 2, SAMPLING)
-        assert time.monotonic() - start < 30  # a bound on the test, not a speed claim
+        detected = time.monotonic() - start
+        print(f"scheduler loss detected by the driver in {detected:.2f} s")
+        assert detected < 30  # a bound on the test, not a speed claim
 
 
 async def test_weights_reach_live_generators_and_a_returning_one_before_work(

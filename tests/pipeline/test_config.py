@@ -111,7 +111,7 @@ def test_missing_file_and_bad_actor_kinds(tmp_path: Path) -> None:
     ("kind", "options", "needle"),
     [
         ("generator", {"max_batch": 0}, "GeneratorOptions.max_batch must be > 0, got 0"),
-        ("generator", {"backend": "vllm"}, "GeneratorOptions.backend must be one of ['builtin']"),
+        ("generator", {"backend": "vllm"}, "backend must be one of ['builtin', 'sglang']"),
         ("generator", {"model": {"hidden": 30}}, "hidden (30) must be divisible by num_heads"),
         ("generator", {"spec": {"mode": "both"}}, "'both' is not one of"),
         ("scheduler", {"policy": "fastest"}, "SchedulerOptions.policy must be one of"),

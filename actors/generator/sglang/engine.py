@@ -1,0 +1,285 @@
+"""SGLangEngine: the `RemoteEngine` protocol over one SGLang server's HTTP API.
+
+Each chunk is one `POST /generate` (protocol.py builds and parses it); any number are in
+flight at once over one async HTTP client and the server batches them. A chunk that
+stays on its server finds its KV in SGLang's prefix cache; one that moves costs a
+prefill there, as with the built-in engine.
+
+Failure model: a refused request (400, garbage) fails its chunk with the message. A lost
+server (503, refused or reset connection, timeout, or `/health_generate` failing while
+chunks are in flight) drops the chunks it held: they are not reported, the next `check`
+(the scheduler's `GetLoad`) fails once so the scheduler re-queues them from their
+committed progress, and the calls still waiting on that server are cancelled so no late
+result arrives. The engine serves again once `/health_generate` passes.
+
+Weights: a published state dict is written as a Hugging Face folder and loaded with
+pause -> `/update_weights_from_disk` (with `weight_version`) -> continue, then verified
+with `/model_info`. A path is loaded as is. Speculation is the server's own business: the
+engine verifies no client drafts and reports SGLang's `spec_*` statistics per chunk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+
+from actors.generator.engine import ChunkRequest, ChunkResult, EngineCounters, EngineLoad
+from actors.generator.errors import DuplicateRequestError, ServerError, ServerLostError
+from actors.generator.options import GeneratorOptions
+from actors.generator.sglang.client import SGLangClient
+from actors.generator.sglang.launch import ServerProcess, fill_command, free_port
+from actors.generator.sglang.protocol import (
+    chunk_rid,
+    clamp_new_tokens,
+    engine_load,
+    generate_body,
+    parse_generate,
+    sum_loads,
+    validate_chunk,
+)
+from actors.generator.sglang.weights import is_hf_folder, model_config_of, write_hf_folder
+
+log = structlog.get_logger()
+
+
+class SGLangEngine:
+    def __init__(
+        self,
+        options: GeneratorOptions,
+        index: int = 0,
+        *,
+        event_hooks: Mapping[str, list[Callable[..., Any]]] | None = None,
+    ) -> None:
+        """`event_hooks`: httpx's, to observe every request and response (tests, tools)."""
+        self.options = options
+        self.event_hooks = event_hooks
+        self.opts = options.sglang
+        self.index = index
+        self.url = self.opts.server_url(index)
+        self.model_config = model_config_of(options.model.path, options.model.config())
+        self.context_len = self.opts.context_len or self.model_config.max_context
+        self.server: ServerProcess | None = None
+        self._client: SGLangClient | None = None
+        self._version = 0
+        self._serial = itertools.count()
+        self._flights: dict[str, tuple[str, anyio.CancelScope]] = {}  # request id -> rid, scope
+        self._counts = dict.fromkeys(EngineCounters.__dataclass_fields__, 0)
+        self._sums: tuple[int, int, int, int, int] | None = None
+        self._lost: str | None = None  # why the server counts as lost (None: serving)
+        self._num_unreported = 0  # chunks dropped since `check` last failed
+        self._busy = anyio.Event()
+        self._weights_dir = Path(self.opts.weights_dir) if self.opts.weights_dir else None
+        self._own_dir = False
+        self._last_weights: Path | None = None
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    @property
+    def weight_version(self) -> int:
+        return self._version
+
+    @property
+    def client(self) -> SGLangClient:
+        if self._client is None:
+            raise RuntimeError("SGLangEngine.start() first")
+        return self._client
+
+    def _dir(self) -> Path:
+        if self._weights_dir is None:
+            self._weights_dir = Path(tempfile.mkdtemp(prefix="seer-sglang-"))
+            self._own_dir = True
+        self._weights_dir.mkdir(parents=True, exist_ok=True)
+        return self._weights_dir
+
+    async def start(self) -> None:
+        if self.url is None:
+            await self._launch()
+        assert self.url is not None
+        o = self.opts
+        self._client = SGLangClient(
+            self.url,
+            api_key=o.api_key,
+            request_timeout_s=o.request_timeout_s,
+            connect_timeout_s=o.connect_timeout_s,
+            max_connections=o.max_connections,
+            event_hooks=self.event_hooks,
+        )
+        info = await self.client.server_info(timeout=30.0)
+        ctx = info.get("context_length")
+        if not o.context_len and isinstance(ctx, int) and ctx > 0:
+            self.context_len = ctx
+        if await self.client.weight_version(timeout=30.0) != self._version:
+            await self.client.set_weight_version(self._version)
+        await self.check()
+        log.info("sglang_attached", url=self.url, context_len=self.context_len)
+
+    async def _launch(self) -> None:
+        o, model = self.opts, self.options.model
+        path = model.path
+        if not is_hf_folder(path):  # SGLang loads HF folders: write ours (or a random one)
+            from actors.model.options import build_model
+
+            state = (await anyio.to_thread.run_sync(build_model, model)).state_dict()
+            folder = self._dir() / f"gen{self.index}-initial"
+            eos = self.options.eos_token_id
+            path = str(
+                await anyio.to_thread.run_sync(
+                    write_hf_folder, state, self.model_config, folder, eos
+                )
+            )
+        port = o.base_port + self.index if o.base_port else free_port(o.host)
+        self.url = f"http://{o.host}:{port}"
+        args = fill_command(o.command, model=path, host=o.host, port=port)
+        self.server = ServerProcess(args, self.url, self._dir() / f"server-{self.index}.log")
+        log.info("sglang_launching", args=args)
+        await self.server.start(o.start_timeout_s)
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+        if self.server is not None:  # SIGTERM, then SIGKILL after 10 s (off the event loop)
+            await anyio.to_thread.run_sync(self.server.stop)
+        if self._own_dir and self._weights_dir is not None:
+            shutil.rmtree(self._weights_dir, ignore_errors=True)
+
+    # ---- chunks --------------------------------------------------------------------------
+    async def generate(self, request: ChunkRequest) -> ChunkResult:
+        validate_chunk(request, self.context_len, self._version)
+        if request.request_id in self._flights:
+            raise DuplicateRequestError(f"request {request.request_id!r} is already in flight")
+        if self._lost is not None and self._num_unreported:
+            self._num_unreported += 1  # the scheduler has not heard yet: no new traffic
+            raise ServerLostError(f"server lost: {self._lost}")
+        max_new = clamp_new_tokens(request, self.context_len)
+        rid = chunk_rid(request.request_id, next(self._serial))
+        body = generate_body(request, rid, max_new, self.options.eos_token_id)
+        scope = anyio.CancelScope()
+        self._flights[request.request_id] = (rid, scope)
+        self._busy.set()
+        try:
+            with scope:
+                data = await self.client.generate(body)
+        except ServerLostError as exc:
+            self._drop(str(exc))
+            raise
+        finally:
+            del self._flights[request.request_id]
+        if scope.cancelled_caught:  # `check` reported the server lost: the chunk is re-queued
+            raise ServerLostError(f"chunk of {request.request_id!r} cancelled: server lost")
+        result, spec = parse_generate(
+            data,
+            request,
+            max_new_tokens=max_new,
+            context_len=self.context_len,
+            eos_token_id=self.options.eos_token_id,
+            weight_version=self._version,
+        )
+        self._count(request, result)
+        return dataclasses.replace(result, num_verify_steps=spec.num_verify_steps)
+
+    def _drop(self, reason: str) -> None:
+        if self._lost is None:
+            log.error("sglang_server_lost", url=self.url, reason=reason)
+        self._lost = reason
+        self._num_unreported += 1
+
+    def _count(self, request: ChunkRequest, result: ChunkResult) -> None:
+        c = self._counts
+        c["num_steps"] += result.num_verify_steps or len(result.token_ids)
+        c["num_generated_tokens"] += len(result.token_ids)
+        c["num_prefill_tokens"] += max(request.num_context_tokens - result.num_cached_tokens, 0)
+        if request.generated_ids and result.num_cached_tokens < request.num_context_tokens - 1:
+            c["num_reprefills"] += 1
+            c["num_reprefilled_tokens"] += request.num_context_tokens - result.num_cached_tokens
+        c["num_draft_tokens"] += result.num_draft_tokens
+        c["num_accepted_tokens"] += result.num_accepted_tokens
+
+    async def abort(self, request_id: str) -> bool:
+        flight = self._flights.get(request_id)
+        if flight is None:
+            return False
+        await self.client.abort(flight[0])
+        return True
+
+    # ---- load and health -----------------------------------------------------------------
+    def load(self) -> EngineLoad:
+        in_flight = len(self._flights)
+        sums = self._sums or (in_flight, 0, 0, 0, 0)
+        return engine_load(sums, in_flight, self.options.max_batch)
+
+    def counters(self) -> EngineCounters:
+        return EngineCounters(**self._counts)
+
+    @property
+    def is_lost(self) -> bool:
+        return self._lost is not None
+
+    async def check(self) -> EngineLoad:
+        if self._num_unreported:
+            n, self._num_unreported = self._num_unreported, 0
+            self._cancel_flights()
+            raise ServerLostError(f"{n} chunks lost with the server: {self._lost}")
+        timeout = self.opts.load_timeout_s
+        try:
+            if self._lost is not None:
+                await self.client.health_generate(timeout)
+                log.warning("sglang_server_back", url=self.url)
+                self._lost = None
+            self._sums = sum_loads(await self.client.loads(timeout))
+        except (ServerLostError, ServerError) as exc:
+            self._lost = str(exc)
+            self._cancel_flights()
+            raise ServerLostError(str(exc)) from None
+        return self.load()
+
+    def _cancel_flights(self) -> None:
+        """The scheduler re-queues what was in flight here: stop waiting for it."""
+        for _, scope in self._flights.values():
+            scope.cancel()
+
+    async def watch(self) -> None:
+        """While chunks are in flight, probe `/health_generate` every interval: a server
+        that stops answering is lost even when no chunk fails (a hung server)."""
+        o = self.opts
+        while True:
+            if not self._flights and self._lost is None:
+                self._busy = anyio.Event()
+                await self._busy.wait()
+            await anyio.sleep(o.health_interval_s)
+            if not self._flights or self._num_unreported:
+                continue
+            try:
+                await self.client.health_generate(o.health_timeout_s)
+                self._sums = sum_loads(await self.client.loads(o.health_timeout_s))
+            except (ServerLostError, ServerError) as exc:
+                if self._flights:  # the chunks in flight count as lost
+                    self._drop(f"health check failed: {exc}")
+
+    # ---- weights -------------------------------------------------------------------------
+    async def update_weights(self, source: object, version: int) -> None:
+        if isinstance(source, str | Path):
+            path = str(source)
+        else:
+            folder = self._dir() / f"gen{self.index}-v{version}"
+            state = dict(source)  # type: ignore[call-overload]
+            written = await anyio.to_thread.run_sync(
+                write_hf_folder, state, self.model_config, folder, self.options.eos_token_id
+            )
+            path = str(written)
+        await self.client.update_weights_from_disk(path, version)
+        self._version = version
+        log.info("sglang_weights_updated", url=self.url, version=version, path=path)
+        previous, self._last_weights = self._last_weights, Path(path)
+        if (
+            previous is not None
+            and previous != self._last_weights
+            and previous.parent == self._dir()
+        ):
+            shutil.rmtree(previous, ignore_errors=True)

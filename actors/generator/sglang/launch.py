@@ -1,0 +1,111 @@
+"""ServerProcess: an SGLang-compatible server this generator launched, and its end.
+
+The command line is the options' template with `{python}`, `{model}`, `{host}` and
+`{port}` filled in. The server runs in its own session (so stopping it reaches its
+children), its output goes to a log file, and it counts as started once
+`/health_generate` answers 200. A server that exits or does not become healthy within the
+start timeout raises `ServerLaunchError` with the tail of its log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import httpx
+
+
+class ServerLaunchError(RuntimeError):
+    """A launched server exited or did not become healthy in time."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when the process that launched it dies (Linux), so a generator
+    killed without its clean-up leaves no server behind."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def fill_command(template: tuple[str, ...], *, model: str, host: str, port: int) -> list[str]:
+    values = {"python": sys.executable, "model": model, "host": host, "port": str(port)}
+    return [arg.format(**values) for arg in template]
+
+
+class ServerProcess:
+    def __init__(self, args: list[str], url: str, log_path: Path) -> None:
+        self.args = args
+        self.url = url
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    async def start(self, timeout_s: float) -> None:
+        self.spawn()
+        await self.wait_healthy(timeout_s)
+
+    def spawn(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                self.args,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+
+    async def wait_healthy(self, timeout_s: float) -> None:
+        """Until `/health_generate` answers 200; `ServerLaunchError` when the server exits
+        or the time is up (then it is stopped)."""
+        assert self.proc is not None, "spawn() first"
+        deadline = time.monotonic() + timeout_s
+        async with httpx.AsyncClient(base_url=self.url, timeout=5.0) as http:
+            while True:
+                if self.proc.poll() is not None:
+                    raise ServerLaunchError(
+                        f"server exited with {self.proc.returncode}: {self.args}\n{self.log_tail()}"
+                    )
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await http.get("/health_generate")).status_code == 200:
+                        return
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise ServerLaunchError(
+                        f"server not healthy after {timeout_s} s: {self.args}\n{self.log_tail()}"
+                    )
+                await anyio.sleep(0.2)
+
+    def log_tail(self, num_bytes: int = 2000) -> str:
+        try:
+            return self.log_path.read_bytes()[-num_bytes:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM to the server's process group, SIGKILL if it lingers."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout_s)

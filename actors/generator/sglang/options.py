@@ -1,0 +1,79 @@
+"""SGLangOptions: where a generator's SGLang server is, or how to launch it.
+
+Attach: `urls` lists one server per generator (generator i drives `urls[i]`). Launch: with
+no `urls`, generator i runs `command` with `{python}`, `{model}`, `{host}` and `{port}`
+filled in (port `base_port + i`; 0 picks a free port), waits for `/health_generate` and
+stops the server on exit. The default command is SGLang's own launcher; `seer serve`
+fits the same slot on a CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from actors.options import check, check_positive
+
+DEFAULT_COMMAND = (
+    "{python}", "-m", "sglang.launch_server", "--model-path", "{model}",
+    "--host", "{host}", "--port", "{port}",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class SGLangOptions:
+    """`urls` / `command`, `host`, `base_port`: attach or launch (module docstring).
+    `api_key`: sent as a bearer token. `context_len`: 0 = the server's (`/server_info`
+    `context_length`, else the model's). `request_timeout_s`: one `/generate` call; a
+    server that does not answer in time is lost. `connect_timeout_s`: connection set-up.
+    `health_interval_s` / `health_timeout_s`: how often `/health_generate` is probed while
+    chunks are in flight, and how long it may take (it generates a token behind the batch).
+    `load_timeout_s`: a `/v1/loads` probe when the scheduler asks for the load (keep it
+    below the scheduler's `health_timeout_s`). `start_timeout_s`: a launched
+    server's start. `weights_dir`: where published weights are written as Hugging Face
+    folders for `/update_weights_from_disk` (the server must see it; "" = a temporary
+    folder). `max_connections`: the HTTP pool (chunks in flight at once)."""
+
+    urls: tuple[str, ...] = ()
+    command: tuple[str, ...] = DEFAULT_COMMAND
+    host: str = "127.0.0.1"
+    base_port: int = 30000
+    api_key: str = ""
+    context_len: int = 0
+    request_timeout_s: float = 600.0
+    connect_timeout_s: float = 5.0
+    health_timeout_s: float = 20.0
+    health_interval_s: float = 1.0
+    load_timeout_s: float = 2.0
+    start_timeout_s: float = 600.0
+    weights_dir: str = ""
+    max_connections: int = 512
+
+    def __post_init__(self) -> None:
+        check_positive(
+            self,
+            "request_timeout_s",
+            "connect_timeout_s",
+            "health_timeout_s",
+            "health_interval_s",
+            "load_timeout_s",
+            "start_timeout_s",
+            "max_connections",
+        )
+        for url in self.urls:
+            ok = url.startswith(("http://", "https://"))
+            check(ok, "SGLangOptions.urls", "http(s):// URLs", url)
+        check(bool(self.urls or self.command), "SGLangOptions", "given urls or a command", "")
+        check(0 <= self.base_port <= 65535, "SGLangOptions.base_port", "0..65535", self.base_port)
+        check(self.context_len >= 0, "SGLangOptions.context_len", ">= 0", self.context_len)
+
+    def server_url(self, index: int) -> str | None:
+        """Generator `index`'s server when attaching (None: launch one)."""
+        if not self.urls:
+            return None
+        check(
+            index < len(self.urls),
+            "SGLangOptions.urls",
+            f"one URL per generator (generator {index} has none)",
+            self.urls,
+        )
+        return self.urls[index].rstrip("/")

@@ -1,0 +1,64 @@
+"""Weights for an SGLang server: a Hugging Face Llama folder it can load.
+
+SGLang loads weights from disk (`--model-path`, `/update_weights_from_disk`), in Hugging
+Face format: `config.json` plus safetensors with HF parameter names (ours without the
+`model.` prefix). The trainer publishes a state dict to each generator; the SGLang engine
+writes it here and points its server at the folder.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from actors.model.config import ModelConfig
+from actors.model.weights import hf_config, load_model_config, to_hf_config
+
+
+def write_hf_folder(
+    state: Mapping[str, torch.Tensor],
+    config: ModelConfig,
+    folder: str | Path,
+    eos_token_id: int | None = None,
+) -> Path:
+    """`folder` as an HF Llama checkpoint of `state` (the layout of
+    `actors.model.save_hf_folder`, from a state dict rather than a model; written under a
+    temporary name first, so a reader never sees half a folder)."""
+    root = Path(folder)
+    tmp = root.with_name(root.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    hf = {**to_hf_config(config), "architectures": ["LlamaForCausalLM"], "torch_dtype": "float32"}
+    if eos_token_id is not None:
+        hf["eos_token_id"] = eos_token_id
+    (tmp / "config.json").write_text(json.dumps(hf, indent=2))
+    tensors = {
+        (name if name == "lm_head.weight" else f"model.{name}"): t.detach().contiguous()
+        for name, t in state.items()
+        if not (config.tie_embeddings and name == "lm_head.weight")
+    }
+    save_file(tensors, str(tmp / "model.safetensors"))
+    if root.exists():
+        for f in root.iterdir():
+            f.unlink()
+        root.rmdir()
+    tmp.rename(root)
+    return root
+
+
+def is_hf_folder(path: str) -> bool:
+    return bool(path) and (Path(path) / "config.json").is_file()
+
+
+def model_config_of(path: str, fallback: ModelConfig) -> ModelConfig:
+    """The shape of the model at `path` (an HF folder or our safetensors file), else
+    `fallback` (a random model's shape)."""
+    if is_hf_folder(path):
+        hf = json.loads((Path(path) / "config.json").read_text())
+        return hf_config(hf, fallback.max_context if "max_position_embeddings" not in hf else None)
+    if path:
+        return load_model_config(path)
+    return fallback

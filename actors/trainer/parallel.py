@@ -1,0 +1,252 @@
+"""RankedGRPOTrainer: the GRPO step data-parallel across trainer ranks (gradients all-reduced).
+
+Each rank holds a shard of the iteration's samples, whole GRPO groups (advantages and the
+skipping of flat groups are computed per group, so a group never spans ranks). ``step_shard``
+runs the same update as ``GRPOTrainer.step`` on the union of the shards:
+
+- **The objective is the single-rank one.** With token-level normalisation the loss is the
+  sum over every trained token of every rank divided by the *global* token count (an
+  all-reduce of the local counts), so a micro-batch's weight is ``tokens / global_tokens``;
+  with sequence-level normalisation, ``sequences / global_sequences``. The gradients are then
+  summed over the ranks (one flat all-reduce per optimiser step, the bucket DDP would send),
+  never averaged, so the summed gradient is exactly the single-rank gradient; clipping and
+  AdamW then run identically on every rank and the weights stay identical.
+- **Optimiser steps agree.** With ``mini_batch_size`` set, the number of mini-batches per
+  epoch is ``ceil(global_kept / mini_batch_size)`` on every rank, each rank cutting its own
+  shuffled rows into that many pieces (some may be empty). With ``mini_batch_size=None``
+  (one step per epoch) the step equals ``GRPOTrainer.step`` on all samples within float
+  rounding; with mini-batches it is the same algorithm, but the mini-batches contain other
+  samples than a single rank's shuffle would pick.
+- **Failure is collective.** The on-policy check runs on every rank, then the ranks agree
+  (all-reduce of a flag) before anything changes, so one rank's off-policy sample refuses the
+  step on every rank (``OffPolicyError``) instead of leaving the others in a collective.
+- **Log-probabilities under the sampling transform.** The rollout's ``old_logprobs`` are
+  ``log p`` under temperature, top-k and top-p (the generator's sampler); ``transform``
+  carries them so the new log-probabilities are computed under the same distribution.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from actors.trainer.batch import TrainBatch, TrainSample, make_batch
+from actors.trainer.core import (
+    _STEP_STATS,
+    GRPOTrainer,
+    OffPolicyError,
+    SamplingTransform,
+    _chunks,
+)
+from actors.trainer.grpo import grpo_loss, token_logprobs
+from actors.trainer.ranks import all_reduce_min, all_reduce_sum
+
+
+def transformed_logprobs(logits: Tensor, targets: Tensor, transform: SamplingTransform) -> Tensor:
+    """logits (B, T, V), targets (B, T) -> log p(target) (B, T) under ``transform``.
+
+    Temperature 0 (greedy) uses the model's own distribution, as the generator's sampler does.
+    """
+    if transform.is_identity:
+        return token_logprobs(logits, targets)
+    scaled = logits.float() / max(transform.temperature, 1e-5)  # (B, T, V)
+    if transform.top_k or transform.top_p < 1:
+        scaled = _filter(scaled, transform.top_k, transform.top_p)
+    logp = F.log_softmax(scaled, dim=-1)
+    picked = logp.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)
+    return torch.clamp(picked, min=-1e4)  # a filtered-out target (padding) stays finite
+
+
+def _filter(scaled: Tensor, top_k: int, top_p: float) -> Tensor:
+    ordered, order = scaled.sort(dim=-1, descending=True)  # (B, T, V)
+    vocab = scaled.shape[-1]
+    ranks = torch.arange(vocab)
+    if top_k:
+        ordered = ordered.masked_fill(ranks >= top_k, float("-inf"))
+    if top_p < 1:
+        probs = torch.softmax(ordered, dim=-1)
+        before = probs.cumsum(dim=-1) - probs
+        ordered = ordered.masked_fill(before >= top_p, float("-inf"))
+    return torch.empty_like(scaled).scatter(-1, order, ordered)
+
+
+class RankedGRPOTrainer(GRPOTrainer):
+    """A ``GRPOTrainer`` whose ``step_shard`` trains on this rank's shard with the others."""
+
+    transform: SamplingTransform = SamplingTransform()
+
+    def step_shard(
+        self,
+        samples: Sequence[TrainSample],
+        *,
+        expected_version: int,
+        transform: SamplingTransform | None = None,
+        advantages: Sequence[float] | None = None,
+        flat_share: Sequence[float] | None = None,
+    ) -> dict[str, float]:
+        """One data-parallel GRPO update; every rank calls it once per iteration.
+
+        Without ``advantages`` the shard holds whole groups and they are computed here;
+        with them (a group spanning ranks, advantages computed where it completed),
+        ``flat_share`` marks members of flat groups (1/G each, else 0), skipped like
+        ``GRPOTrainer`` skips flat groups."""
+        start = time.perf_counter()
+        self._agree_on_policy(samples, expected_version)
+        self.transform = transform or SamplingTransform()
+        batch = make_batch(samples, self.pad_id) if samples else None
+        num_skipped: float
+        if advantages is None:
+            rows, num_skipped = self._rows_to_train(samples) if samples else (_empty(), 0)
+        else:
+            batch, rows, num_skipped = self._given_advantages(batch, advantages, flat_share)
+        totals = torch.zeros(6, dtype=torch.float64)
+        totals[0], totals[3], totals[5] = len(samples), len(rows), num_skipped
+        if batch is not None:
+            rewards = batch.rewards.double()
+            totals[1], totals[2] = rewards.sum(), (rewards**2).sum()
+            totals[4] = batch.mask[rows].sum()
+        n, r_sum, r_sq, kept, tokens, skipped = all_reduce_sum(totals).tolist()
+        if n == 0:
+            raise ValueError("step needs at least one sample on some rank")
+        per_step: list[dict[str, float]] = []
+        num_minis = math.ceil(kept / self.mini_batch_size) if self.mini_batch_size else 1
+        for _ in range(self.epochs if kept else 0):
+            order = rows[torch.randperm(len(rows), generator=self.generator)]
+            for mini in torch.tensor_split(order, num_minis):
+                per_step.append(self._shard_optimizer_step(batch, mini))
+        self.version += 1
+        mean = r_sum / n
+        stats = {
+            k: sum(s[k] for s in per_step) / len(per_step) if per_step else 0.0 for k in _STEP_STATS
+        }
+        return stats | {
+            "reward_mean": mean,
+            "reward_std": math.sqrt(max(r_sq / n - mean * mean, 0.0)),
+            "num_tokens": tokens,
+            "num_samples": n,
+            "num_local_samples": float(len(samples)),
+            "num_skipped_groups": skipped,
+            "num_optimizer_steps": float(len(per_step)),
+            "version": float(self.version),
+            "seconds": time.perf_counter() - start,
+        }
+
+    def _given_advantages(
+        self,
+        batch: TrainBatch | None,
+        advantages: Sequence[float],
+        flat_share: Sequence[float] | None,
+    ) -> tuple[TrainBatch | None, Tensor, float]:
+        share = list(flat_share) if flat_share is not None else [0.0] * len(advantages)
+        num = 0 if batch is None else len(batch.rewards)
+        if len(advantages) != num or len(share) != num:
+            raise ValueError(f"{len(advantages)} advantages, {len(share)} flat shares, {num} rows")
+        if batch is not None:
+            adv = torch.tensor(list(advantages), dtype=torch.float32)
+            batch = TrainBatch(
+                batch.input_ids, batch.targets, batch.mask, batch.old_logprobs, adv, batch.rewards
+            )
+        skip = self.kl_coef == 0
+        keep = [i for i, s in enumerate(share) if not (skip and s > 0)]
+        return batch, torch.tensor(keep, dtype=torch.long), sum(share) if skip else 0.0
+
+    def agree(self, is_ok: bool) -> bool:
+        """Whether every rank is ok (a collective: every rank must call it)."""
+        return float(all_reduce_min(torch.tensor([1.0 if is_ok else 0.0]))) == 1.0
+
+    def _agree_on_policy(self, samples: Sequence[TrainSample], expected_version: int) -> None:
+        error: OffPolicyError | None = None
+        try:
+            self.check_on_policy(samples, expected_version)
+        except OffPolicyError as exc:
+            error = exc
+        ok = all_reduce_min(torch.tensor([0.0 if error else 1.0]))
+        if error is not None:
+            raise error
+        if float(ok) < 1:
+            raise OffPolicyError("another trainer rank refused an off-policy sample")
+
+    def _shard_optimizer_step(self, batch: TrainBatch | None, rows: Tensor) -> dict[str, float]:
+        """Local micro-batches weighted by global counts, gradients summed over ranks."""
+        local = torch.tensor([0.0, 0.0], dtype=torch.float64)
+        if batch is not None and len(rows):
+            lengths = batch.mask[rows].sum(dim=-1)
+            local[0], local[1] = float(lengths.sum()), float((lengths > 0).sum())
+        num_tokens, num_seqs = all_reduce_sum(local).tolist()
+        if num_tokens == 0:
+            return dict.fromkeys(_STEP_STATS, 0.0)
+        totals = torch.zeros(len(_STEP_STATS), dtype=torch.float64)
+        self.optimizer.zero_grad(set_to_none=True)
+        if batch is not None and len(rows):
+            positions = torch.arange(1, batch.mask.shape[1] + 1, dtype=batch.mask.dtype)
+            ends = (batch.mask[rows] * positions).amax(dim=-1)  # (K,)
+            rows = rows[torch.argsort(ends, stable=True)]
+            for micro_rows in _chunks(rows, self.micro_batch_size):
+                micro = batch.select(micro_rows)
+                loss, stats = self._micro_loss(micro)
+                if self.length_norm == "token":
+                    weight = micro.num_tokens / num_tokens
+                else:
+                    weight = float((micro.mask.sum(-1) > 0).sum()) / num_seqs
+                torch.autograd.backward(loss * weight)
+                share = micro.num_tokens / num_tokens
+                for i, key in enumerate(_STEP_STATS):
+                    if key in ("clip_fraction", "approx_kl", "kl_ref", "mean_ratio"):
+                        totals[i] += stats[key] * share
+                totals[0] += stats["loss"] * weight
+        all_reduce_sum(totals)
+        self._all_reduce_grads()
+        params = list(self.model.parameters())
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm))
+        if not math.isfinite(grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise FloatingPointError(f"non-finite gradient norm {grad_norm}: step not applied")
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        out = dict(zip(_STEP_STATS, totals.tolist(), strict=True))
+        return out | {"grad_norm": grad_norm}
+
+    def _all_reduce_grads(self) -> None:
+        """Sum every parameter's gradient over the ranks in one flat bucket."""
+        params = list(self.model.parameters())
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        flat = torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None])
+        all_reduce_sum(flat)
+        offset = 0
+        for p in params:
+            assert p.grad is not None
+            n = p.grad.numel()
+            p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
+            offset += n
+
+    def _micro_loss(self, micro: TrainBatch) -> tuple[Tensor, dict[str, float]]:
+        if self.transform.is_identity:
+            return super()._micro_loss(micro)
+        logits = self.model(micro.input_ids)  # (b, t, V)
+        new_logprobs = transformed_logprobs(logits, micro.targets, self.transform)
+        ref_logprobs = None
+        if self.ref_model is not None:
+            with torch.no_grad():
+                ref_logits = self.ref_model(micro.input_ids)
+                ref_logprobs = transformed_logprobs(ref_logits, micro.targets, self.transform)
+        return grpo_loss(
+            new_logprobs,
+            micro.old_logprobs,
+            micro.advantages,
+            micro.mask,
+            clip_eps=self.clip_eps,
+            kl_coef=self.kl_coef,
+            ref_logprobs=ref_logprobs,
+            length_norm=self.length_norm,
+        )
+
+
+def _empty() -> Tensor:
+    return torch.zeros(0, dtype=torch.long)

@@ -1,0 +1,62 @@
+"""Switching the generator layout between iterations (Earl's parallelism selector, live).
+
+`switch_layout` saves the trainer (weights, optimiser, version, RNG) to a checkpoint, stops
+the running topology, starts it again with the new generator layout (instances, threads per
+instance) and restores every trainer rank from the checkpoint; rank 0 re-publishes the
+weights to the new generators under the same version, so the next rollout is on-policy for
+exactly the weights the trainer holds. The whole switch is timed (seconds) and counted by
+the caller. Restarting the trainer with the generators is the simple, safe choice here (the
+launcher starts and stops whole topologies); it costs a checkpoint round trip on top of the
+generators' start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from pathlib import Path
+
+from pipeline.ranks import load_on_every_rank
+from pipeline.rl_config import RunConfig, rl_topology
+from pipeline.rollout import Rollout
+from pipeline.selector import Layout, LayoutProfile, ParallelismSelector
+from transport.messages import SaveCheckpoint
+
+
+def with_layout(cfg: RunConfig, layout: Layout) -> RunConfig:
+    generator = dataclasses.replace(cfg.generator, num_threads=layout.threads)
+    return dataclasses.replace(cfg, num_generators=layout.instances, generator=generator)
+
+
+def current_layout(cfg: RunConfig) -> Layout:
+    return Layout(cfg.num_generators, cfg.generator.num_threads)
+
+
+def make_selector(cfg: RunConfig) -> ParallelismSelector | None:
+    if not cfg.layout_profile:
+        return None
+    return ParallelismSelector(LayoutProfile.load(cfg.layout_profile), current_layout(cfg))
+
+
+async def switch_layout(
+    stack: contextlib.AsyncExitStack,
+    rollout: Rollout,
+    cfg: RunConfig,
+    layout: Layout,
+    model_path: str,
+    iteration: int,
+) -> tuple[Rollout, RunConfig, float]:
+    """The new rollout (entered on `stack`), its config and the switch's seconds."""
+    start = time.perf_counter()
+    version = rollout.weight_version
+    folder = str(Path(cfg.out_dir) / "layout-switch")
+    await rollout.call_actor("trainer", SaveCheckpoint(path=folder, iteration=iteration))
+    await rollout.__aexit__(None, None, None)
+    new_cfg = with_layout(cfg, layout)
+    new = await stack.enter_async_context(Rollout(rl_topology(new_cfg, model_path), mode=cfg.mode))
+    report = await load_on_every_rank(new, cfg.trainer_ranks, folder)
+    if report.version != version:
+        raise RuntimeError(f"layout switch moved the weight version {version} -> {report.version}")
+    new.weight_version = report.version
+    return new, new_cfg, time.perf_counter() - start

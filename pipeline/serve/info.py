@@ -1,0 +1,23 @@
+"""ServerInfo: what ``seer serve`` tells about itself (``/model_info``, ``/server_info``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+API_VERSION = "0.5.23"  # the SGLang release whose API this server speaks
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    model_path: str
+    host: str
+    port: int
+    context_len: int
+    vocab_size: int
+    max_batch: int
+    kv_budget_tokens: int
+    max_prefill_tokens: int
+    eos_token_id: int | None
+    kv_bytes_per_token: int = 0
+    weight_bytes: int = 0
+    incremental_streaming_output: bool = False

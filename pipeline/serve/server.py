@@ -1,0 +1,226 @@
+"""Start ``seer serve``: load the model, start the engine thread, run uvicorn.
+
+``start_server(model_path, host, port)`` runs the server in this process (uvicorn on a
+background thread, its own event loop) and returns a ``ServerHandle`` with ``.url`` and
+``.stop()``; ``serve(...)`` runs it in the foreground (the ``seer serve`` command). Port 0
+picks a free port; the handle (and the command's first line) says which.
+
+The model: ``model_path`` is a safetensors file saved by ``save_model`` (a warm start, a
+checkpoint's ``model.safetensors``), a Hugging Face Llama/Qwen2 folder (``config.json`` +
+``*.safetensors``) or a trainer checkpoint folder (its ``hf/`` is served). Without one, the
+default task's model as ``seer run`` builds it: its cached warm start when ``runs/cache``
+holds one, otherwise a fresh random initialisation of that shape (seed 0), which generates
+noise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+import uvicorn
+
+from actors.generator.builtin import EngineConfig, TorchEngine
+from actors.model import LlamaModel, load_hf_folder, load_model
+from actors.model.weights import read_hf_config
+from pipeline.serve.app import ServerInfo, build_app
+from pipeline.serve.auth import BearerAuth
+from pipeline.serve.bridge import EngineBridge
+from pipeline.serve.paths import weights_path
+
+log = structlog.get_logger()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeOptions:
+    """``max_batch`` .. ``max_prefill_tokens``: the engine's (``EngineConfig``);
+    ``eos_token_id`` None = the HF config's, else the default task's when the vocabularies
+    match; ``num_threads`` torch threads; ``step_delay_s`` a pause after every engine step
+    (a latency knob, like SGLang's mock worker's, for tests and fault drills)."""
+
+    model_path: str = ""
+    host: str = "127.0.0.1"
+    port: int = 30000
+    max_batch: int = 64
+    kv_budget_tokens: int = 65536
+    max_prefill_tokens: int = 1024
+    num_threads: int = 1
+    eos_token_id: int | None = None
+    cache_dir: str = "runs/cache"
+    log_level: str = "warning"
+    step_delay_s: float = 0.0  # sleep after every engine step: slows the server on purpose
+    api_key: str = ""  # "" = open; else SGLang's --api-key (Authorization: Bearer <key>)
+    incremental_streaming_output: bool = False  # stream frames carry only new tokens
+
+
+@dataclass
+class ServerHandle:
+    url: str
+    host: str
+    port: int
+    bridge: EngineBridge
+    _server: uvicorn.Server
+    _thread: threading.Thread
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout_s)
+        self.bridge.stop()
+
+    def __enter__(self) -> ServerHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_server(
+    model_path: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    options: ServeOptions | None = None,
+    *,
+    ready_timeout_s: float = 60.0,
+) -> ServerHandle:
+    """``seer serve`` in this process; returns once it accepts connections."""
+    opts = dataclasses.replace(
+        options or ServeOptions(), model_path=model_path or "", host=host, port=port
+    )
+    sock = _bind(opts.host, opts.port)
+    bridge, info = _build(opts, sock.getsockname()[1])
+    server = uvicorn.Server(_uvicorn_config(bridge, info, opts))
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="seer-serve-http", daemon=True
+    )
+    thread.start()
+    deadline = time.monotonic() + ready_timeout_s
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if not server.started:
+        server.should_exit = True
+        bridge.stop()
+        raise RuntimeError(f"seer serve did not start on {opts.host}:{info.port}")
+    url = f"http://{_url_host(opts.host)}:{info.port}"
+    return ServerHandle(url, opts.host, info.port, bridge, server, thread)
+
+
+def serve(options: ServeOptions) -> None:
+    """Run in the foreground until interrupted; prints the URL first."""
+    sock = _bind(options.host, options.port)
+    bridge, info = _build(options, sock.getsockname()[1])
+    print(
+        f"seer serve: listening on http://{_url_host(options.host)}:{info.port} "
+        f"(model {info.model_path or 'default'})",
+        flush=True,
+    )
+    try:
+        uvicorn.Server(_uvicorn_config(bridge, info, options)).run(sockets=[sock])
+    finally:
+        bridge.stop()
+
+
+def load_serving_model(options: ServeOptions) -> tuple[LlamaModel, int | None, str]:
+    """(model, eos token id, a description of where it came from)."""
+    path = str(weights_path(options.model_path)) if options.model_path else ""
+    eos = options.eos_token_id
+    if path and Path(path).is_dir():
+        model = load_hf_folder(path)
+        hf_eos = read_hf_config(path).get("eos_token_id")
+        eos = eos if eos is not None else (hf_eos if isinstance(hf_eos, int) else None)
+    elif path:
+        model = load_model(path)
+    else:
+        model, path = _default_model(options.cache_dir)
+    if eos is None:
+        eos = _default_task_eos(model.config.vocab_size)
+    return model, eos, path
+
+
+def _default_model(cache_dir: str) -> tuple[LlamaModel, str]:
+    from pipeline.rl_config import RunConfig, generator_options
+    from pipeline.tasks import get_task
+    from pipeline.tasks.warmstart import warm_start_path
+
+    cfg = RunConfig(cache_dir=cache_dir)
+    task = get_task(cfg.task)
+    config = generator_options(cfg, task, "").model.config()
+    cached = warm_start_path(
+        task, config, cache_dir=cfg.cache_dir, steps=cfg.warm_start_steps, seed=cfg.seed
+    )
+    if cached.exists():
+        return load_model(cached), str(cached)
+    log.warning("serve_random_model", reason="no cached warm start", looked_for=str(cached))
+    return LlamaModel.random(config, seed=cfg.seed), ""
+
+
+def _default_task_eos(vocab_size: int) -> int | None:
+    from pipeline.rl_config import RunConfig
+    from pipeline.tasks import get_task
+
+    task = get_task(RunConfig().task)
+    return task.eos_token_id if task.vocab_size == vocab_size else None
+
+
+def _build(options: ServeOptions, port: int) -> tuple[EngineBridge, ServerInfo]:
+    model, eos, source = load_serving_model(options)
+    config = EngineConfig(
+        max_batch=options.max_batch,
+        kv_budget_tokens=options.kv_budget_tokens,
+        max_prefill_tokens=options.max_prefill_tokens,
+        num_threads=options.num_threads,
+        eos_token_id=eos,
+        profile=False,
+    )
+    engine = TorchEngine(model, config)
+    bridge = EngineBridge(engine, step_delay_s=options.step_delay_s)
+    bridge.start()
+    info = ServerInfo(
+        model_path=source,
+        host=options.host,
+        port=port,
+        context_len=engine.max_seq_len,
+        vocab_size=model.config.vocab_size,
+        max_batch=config.max_batch,
+        kv_budget_tokens=config.kv_budget_tokens,
+        max_prefill_tokens=config.max_prefill_tokens,
+        eos_token_id=eos,
+        kv_bytes_per_token=model.config.kv_bytes_per_token,
+        weight_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
+        incremental_streaming_output=options.incremental_streaming_output,
+    )
+    log.info("serve_started", **json.loads(json.dumps(dataclasses.asdict(info))))
+    return bridge, info
+
+
+def _uvicorn_config(bridge: EngineBridge, info: ServerInfo, opts: ServeOptions) -> uvicorn.Config:
+    app: Any = build_app(bridge, info)
+    if opts.api_key:
+        app = BearerAuth(app, opts.api_key)
+    return uvicorn.Config(
+        app,
+        log_level=opts.log_level,
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=5,
+    )
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

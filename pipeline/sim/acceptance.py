@@ -1,0 +1,145 @@
+"""AcceptanceTable: how many draft tokens hold, by sibling references, from real suffix trees.
+
+Speculation in the simulator is not a mean acceptance rate: at every planned stretch of
+decode steps a request drafts with the acceptance its group's suffix tree would give *now*,
+which depends on how many of its siblings have already generated past its position
+(``refs``: finished siblings, or running ones further along). The table behind that is
+measured here, by running the project's suffix tree (``actors.drafts.suffix_tree``, the
+compiled core) over synthetic sibling token streams:
+
+Sibling-similarity model (stated, tunable): a group has a reference stream built like text
+with self-repetition (each span of ``span`` tokens is, with probability ``p_repeat``, a copy
+of an earlier span, else fresh tokens from a vocabulary of ``vocab``). Each sibling walks
+the reference: at each token, with probability ``p_noise`` it emits a random token, with
+probability ``p_jump`` it jumps to a random place of the reference, otherwise it copies the
+next reference token. The request under test is one more sibling: its own stream is
+appended to the tree as it is generated (self-drafting, SuffixDecoding), and ``refs`` other
+siblings' full streams are in the tree too. At sampled positions it drafts a chain of up to
+``g_max`` tokens (``top_k_paths=1``) through an incremental matcher, exactly as a live
+generator does, and the draft is checked against its own next tokens.
+
+Defaults are tuned so that the mean acceptance length (bonus token included) at g_max = 8
+is near Seer's published figures for chains (Qwen2-VL-72B, REFERENCES.md): 1.70 with no
+sibling, 2.04 with one, 2.32 with five, 2.53 with fifteen. ``accept[k][j]`` is the chance
+that at least j draft tokens hold with k references; ``probs[k][j]`` the mean path
+probability the tree gave node j (what the MBA policy ranks nodes by).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from actors.drafts.suffix_tree import SuffixTree
+
+__all__ = ["AcceptanceTable", "SiblingModel", "measure_acceptance"]
+
+REFS = (0, 1, 2, 4, 8, 15)
+SEER_CHAIN_ACCEPTANCE = {0: 1.70, 1: 2.04, 5: 2.32, 15: 2.53}  # REFERENCES.md, k = 1
+
+
+@dataclass(frozen=True, slots=True)
+class SiblingModel:
+    vocab: int = 4000
+    span: int = 24
+    p_repeat: float = 0.7
+    p_noise: float = 0.2
+    p_jump: float = 0.02
+    length: int = 800
+    num_groups: int = 2
+    sample_every: int = 3
+    seed: int = 0
+
+
+@dataclass(slots=True)
+class AcceptanceTable:
+    refs: tuple[int, ...]
+    g_max: int
+    accept: list[list[float]]  # [ref index][j], j = 0..g_max; accept[.][0] = 1
+    probs: list[list[float]]  # [ref index][j]: mean path probability of node j (j >= 1)
+    model: SiblingModel = field(default_factory=SiblingModel)
+
+    def row(self, refs: int) -> int:
+        """Index of the measured reference count at or below ``refs``."""
+        i = 0
+        for k, r in enumerate(self.refs):
+            if r <= refs:
+                i = k
+        return i
+
+    def expected_tokens(self, refs: int, g: int) -> float:
+        """Tokens per verify step with a g-token chain, bonus token included."""
+        a = self.accept[self.row(refs)]
+        return 1.0 + sum(a[1 : min(g, self.g_max) + 1])
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "refs": list(self.refs),
+            "mean_acceptance_length_gmax": {
+                str(r): round(self.expected_tokens(r, self.g_max), 3) for r in self.refs
+            },
+            "seer_published": {str(k): v for k, v in SEER_CHAIN_ACCEPTANCE.items()},
+        }
+
+
+def _reference(m: SiblingModel, rng: random.Random) -> list[int]:
+    out: list[int] = []
+    while len(out) < m.length * 2:
+        if out and rng.random() < m.p_repeat:
+            start = rng.randrange(0, max(1, len(out) - m.span))
+            out.extend(out[start : start + m.span])
+        else:
+            out.extend(rng.randrange(m.vocab) for _ in range(m.span))
+    return out
+
+
+def _sibling(ref: list[int], m: SiblingModel, rng: random.Random) -> list[int]:
+    out: list[int] = []
+    q = 0
+    while len(out) < m.length:
+        u = rng.random()
+        if u < m.p_noise:
+            out.append(rng.randrange(m.vocab))
+        elif u < m.p_noise + m.p_jump:
+            q = rng.randrange(len(ref) - 1)
+        else:
+            out.append(ref[q % len(ref)])
+            q += 1
+    return out
+
+
+@lru_cache(maxsize=8)
+def measure_acceptance(model: SiblingModel | None = None, g_max: int = 8) -> AcceptanceTable:
+    """Run real suffix trees over the model's sibling streams (about a second)."""
+    m = model or SiblingModel()
+    rng = random.Random(m.seed)
+    hits = [[0.0] * (g_max + 1) for _ in REFS]
+    pp = [[0.0] * (g_max + 1) for _ in REFS]
+    drafts = [0] * len(REFS)
+    for _ in range(m.num_groups):
+        ref = _reference(m, rng)
+        siblings = [_sibling(ref, m, rng) for _ in range(max(REFS) + 1)]
+        own = siblings[0]
+        for i, k in enumerate(REFS):
+            tree = SuffixTree(64)
+            for s in range(1, k + 1):
+                tree.append(s, siblings[s])
+            matcher = tree.matcher(32, 8)
+            fed = 0
+            for t in range(0, m.length - g_max, m.sample_every):
+                tree.append(0, own[fed:t])
+                matcher.feed(own[fed:t])
+                fed = t
+                d = matcher.speculate(max_tokens=g_max, top_k_paths=1, min_prob=0.0)
+                drafts[i] += 1
+                ok = 0
+                for j, tok in enumerate(d.token_ids):
+                    pp[i][j + 1] += d.probs[j]
+                    if ok == j and tok == own[t + j]:
+                        ok += 1
+                for j in range(1, ok + 1):
+                    hits[i][j] += 1
+    accept = [[1.0] + [h / drafts[i] for h in hits[i][1:]] for i in range(len(REFS))]
+    probs = [[0.0] + [p / drafts[i] for p in pp[i][1:]] for i in range(len(REFS))]
+    return AcceptanceTable(REFS, g_max, accept, probs, m)

@@ -1,0 +1,267 @@
+"""SimInstance: one generator instance's batch and KV books, advanced many steps at a time.
+
+The rules are the built-in engine's (``actors.generator.builtin.batcher``): a FIFO waiting
+queue (preempted requests go back to its front); admission into a free batch slot while the
+request's KV and one step's growth of the batch fit the budget (the engine checks the KV
+alone, and then preempts the newcomer again at every step while KV is full), evicting
+parked KV least-recently-used (never the request's own), reusing its parked KV when it
+comes back to the same instance; before a decode step, room is made by evicting parked KV,
+then preempting the most recently admitted request (its KV dropped, recomputed when
+re-admitted); a request alone and out of KV ends ("length").
+With ``kv_pool="global"`` (Seer's Mooncake pool) a chunk's KV leaves the instance when the
+chunk ends and comes back on any instance without a prefill; ``"local"`` parks it here.
+The Batcher itself owns tensors, so these rules are re-stated over token counts, not shared.
+
+Speed: instead of one event per decode step, ``plan`` computes how many steps can run with
+the batch unchanged (until the first chunk ends, KV runs out, or ``max_steps``), prices
+them with the cost model at the stretch's mid-point context, and ``finish`` applies them
+at once; ``cut`` shortens a stretch when new work arrives (the step in flight completes).
+A request makes ``rate`` tokens per step (1, plus the accepted drafts expected).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from pipeline.sim.costmodel import CostModel
+
+__all__ = ["Chunk", "SimInstance"]
+
+KvPool = Literal["local", "global"]
+
+
+@dataclass(slots=True, eq=False)
+class Chunk:
+    """One dispatched chunk of one request, as the instance sees it."""
+
+    request: int  # index of the request in the simulation
+    chunk_seq: int
+    ctx: float  # tokens of context (prompt + generated), growing as it decodes
+    target: float  # tokens this chunk will generate (budget or the true end, if sooner)
+    finishes: bool  # reaching `target` ends the request (its true length)
+    dispatched_s: float
+    new_ctx: bool = True  # no KV for it anywhere yet (its first chunk)
+    done: float = 0.0
+    rate: float = 1.0  # tokens per step (1 + expected accepted drafts)
+    draft: int = 0  # draft tokens per step
+    admitted_at: int = 0
+    start_s: float = -1.0
+    reprefilled: int = 0
+    out_of_kv: bool = False
+    pending_prefill: int = 0  # admitted, its prefill not run yet
+    num_steps: float = 0.0  # decode steps it took part in
+    num_draft_tokens: float = 0.0
+    num_accepted_tokens: float = 0.0
+    ended_s: float = 0.0  # when its engine finished it
+
+
+class SimInstance:
+    def __init__(
+        self,
+        index: int,
+        cost: CostModel,
+        *,
+        max_batch: int,
+        kv_capacity: int,
+        kv_pool: KvPool = "local",
+        max_steps: int = 256,
+        max_prefill_tokens: int = 1 << 30,
+    ) -> None:
+        if max_batch < 1 or kv_capacity < 1 or max_steps < 1:
+            raise ValueError("max_batch, kv_capacity and max_steps must be >= 1")
+        if kv_pool not in ("local", "global"):
+            raise ValueError(f"kv_pool must be 'local' or 'global', got {kv_pool!r}")
+        self.index = index
+        self.cost = cost
+        self.max_batch = max_batch
+        self.kv_capacity = kv_capacity
+        self.kv_pool = kv_pool
+        self.max_steps = max_steps
+        self.max_prefill_tokens = max_prefill_tokens
+        self.waiting: deque[Chunk] = deque()
+        self.running: list[Chunk] = []
+        self.parked: OrderedDict[int, float] = OrderedDict()  # request -> KV tokens (LRU)
+        self.counts = {
+            "num_preemptions": 0,
+            "num_recomputed_tokens": 0,
+            "num_reprefilled_tokens": 0,
+            "num_parked_evictions": 0,
+            "num_steps": 0,
+            "num_draft_tokens": 0,
+            "num_accepted_tokens": 0,
+        }
+        self.busy_s = 0.0
+        self._clock = 0
+        self._recompute: set[int] = set()  # requests preempted: their next admission recomputes
+        # the current stretch
+        self.seg_start = 0.0
+        self.seg_prefill = 0.0
+        self.seg_dt = 0.0
+        self.seg_steps = 0
+        self.seg_end: float | None = None  # None: idle
+        self.version = 0
+        # called with the instance after admission, before a stretch is priced (the
+        # simulator sets each running chunk's draft length and token rate there)
+        self.on_batch: Callable[[SimInstance], None] | None = None
+
+    # --- books -----------------------------------------------------------------------
+    def kv_used(self) -> float:
+        return sum(c.ctx for c in self.running) + sum(self.parked.values())
+
+    @property
+    def num_load(self) -> int:
+        return len(self.running) + len(self.waiting)
+
+    def enqueue(self, chunk: Chunk) -> None:
+        self.waiting.append(chunk)
+
+    def _admit(self) -> None:
+        """Move waiting chunks into free slots while their KV fits."""
+        while self.waiting and len(self.running) < self.max_batch:
+            head = self.waiting[0]
+            own = self.parked.get(head.request, 0.0)
+            reuse = own if own >= head.ctx - 0.5 else 0.0
+            if (
+                self.kv_pool == "global"
+                and not head.new_ctx
+                and head.request not in self._recompute
+            ):
+                reuse = head.ctx  # the pool hands the KV over
+            # its KV, plus one step's growth of the batch it joins (the engine's rule is
+            # "its KV fits"; without the step's room it is preempted again at once, and the
+            # same request is admitted and preempted at every step while KV is full)
+            extra = head.ctx - own + len(self.running) + 1
+            used = self.kv_used()
+            while used + extra > self.kv_capacity and self._evict(head.request):
+                used = self.kv_used()
+            if used + extra > self.kv_capacity and self.running:
+                return  # head of line waits for KV
+            self.waiting.popleft()
+            self.parked.pop(head.request, None)
+            head.pending_prefill = round(head.ctx - reuse)
+            head.admitted_at = self._clock
+            self._clock += 1
+            self.running.append(head)
+
+    def _prefill(self) -> int:
+        """Prefill tokens of the chunks admitted and still running (counted once they run)."""
+        total = 0
+        for c in self.running:
+            need, c.pending_prefill = c.pending_prefill, 0
+            if need <= 0:
+                continue
+            total += need
+            if c.request in self._recompute:
+                self.counts["num_recomputed_tokens"] += need
+            elif not c.new_ctx:
+                self.counts["num_reprefilled_tokens"] += need
+                c.reprefilled += need
+            self._recompute.discard(c.request)
+        return total
+
+    def _evict(self, keep: int) -> bool:
+        for rid in self.parked:
+            if rid != keep:
+                del self.parked[rid]
+                self.counts["num_parked_evictions"] += 1
+                return True
+        return False
+
+    def _make_room(self) -> None:
+        """Evict parked KV, then preempt the newest admission, until one step fits."""
+        while True:
+            need = sum(c.rate + c.draft for c in self.running)
+            if self.kv_used() + need <= self.kv_capacity or not self.running:
+                return
+            if self._evict(-1):
+                continue
+            if len(self.running) == 1:
+                self.running[0].out_of_kv = True  # alone and out of KV: it ends here
+                return
+            victim = max(self.running, key=lambda c: c.admitted_at)
+            self.running.remove(victim)
+            victim.pending_prefill = 0
+            self._recompute.add(victim.request)
+            self.waiting.appendleft(victim)
+            self.counts["num_preemptions"] += 1
+
+    # --- stretches of decode steps ------------------------------------------------------
+    def plan(self, now: float) -> float | None:
+        """Admit, make room, and plan the next stretch from ``now``; its end (None: idle)."""
+        self.version += 1
+        self._admit()
+        self._make_room()
+        prefill_tokens = self._prefill()
+        if not self.running:
+            self.seg_end = None
+            return None
+        for c in self.running:
+            if c.start_s < 0:
+                c.start_s = now
+        if self.on_batch is not None:
+            self.on_batch(self)
+        ended = [c for c in self.running if c.out_of_kv]
+        growth = sum(c.rate for c in self.running)
+        drafts = sum(c.draft for c in self.running)
+        if ended:
+            steps = 0
+        else:
+            free = self.kv_capacity - self.kv_used() - drafts
+            by_kv = max(1, math.floor(free / growth)) if growth > 0 else self.max_steps
+            by_chunk = min(
+                max(1, math.ceil((c.target - c.done) / c.rate - 1e-9)) for c in self.running
+            )
+            steps = max(1, min(by_kv, by_chunk, self.max_steps))
+        batch = len(self.running)
+        mean_ctx = sum(c.ctx for c in self.running) / batch + steps * growth / batch / 2
+        self.seg_start = now
+        self.seg_prefill = self.cost.prefill_s(prefill_tokens)
+        self.seg_dt = self.cost.decode_s(batch, mean_ctx, drafts / batch) if steps else 0.0
+        self.seg_steps = steps
+        self.seg_end = now + self.seg_prefill + steps * self.seg_dt
+        return self.seg_end
+
+    def cut(self, now: float) -> float | None:
+        """New work arrived at ``now``: end the stretch after the step in flight."""
+        if self.seg_end is None or self.seg_end <= now:
+            return self.seg_end
+        into = now - self.seg_start - self.seg_prefill
+        steps = 0 if into <= 0 else min(self.seg_steps, math.ceil(into / self.seg_dt - 1e-12))
+        if steps < self.seg_steps:
+            self.version += 1
+            self.seg_steps = steps
+            self.seg_end = self.seg_start + self.seg_prefill + steps * self.seg_dt
+        return self.seg_end
+
+    def finish(self) -> list[Chunk]:
+        """Apply the planned stretch; the chunks that ended (their KV parked or freed)."""
+        steps = self.seg_steps
+        assert self.seg_end is not None
+        self.busy_s += self.seg_end - self.seg_start
+        self.counts["num_steps"] += steps
+        out: list[Chunk] = []
+        keep: list[Chunk] = []
+        for c in self.running:
+            made = min(steps * c.rate, c.target - c.done)
+            took = made / c.rate if c.rate > 0 else 0.0  # the last step may end early
+            c.done += made
+            c.ctx += made
+            c.num_steps += took
+            if c.draft:
+                c.num_draft_tokens += took * c.draft
+                c.num_accepted_tokens += made - took
+                self.counts["num_draft_tokens"] += round(took * c.draft)
+                self.counts["num_accepted_tokens"] += round(made - took)
+            if c.done >= c.target - 1e-6 or c.out_of_kv:
+                out.append(c)
+                if self.kv_pool == "local" and not (c.finishes and c.done >= c.target - 1e-6):
+                    self.parked[c.request] = c.ctx
+            else:
+                keep.append(c)
+        self.running = keep
+        self.seg_end = None
+        return out

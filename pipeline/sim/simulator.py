@@ -1,0 +1,461 @@
+"""Simulator: a rollout on N simulated generator instances, driven by the live policy objects.
+
+Consumes a workload (``SimRequest``: true output lengths, which only the simulated engine
+and the oracle see), a ``SimConfig`` and a ``CostModel``. Runs, unmodified, the objects the
+live scheduler actor runs: ``SchedulerCore`` with its policy from ``make_policy`` (waiting
+index, placement, KV working set, anti-starvation), the ``LengthEstimator`` fed with every
+finished request (its estimate goes back to the core as the actor forwards
+``EstimateUpdated``), and, with ``spec="group"``, the generator's speculation policy
+(``make_draft_policy``: MBA) deciding each request's draft length from T(B, g) of the cost
+model and per-request candidates whose acceptance comes from real suffix trees
+(``AcceptanceTable``: a function of how many siblings are ahead, so it changes as siblings
+finish). Telemetry: after each chunk the core gets the instance's load, as the actor does
+from ``ChunkFinished``. Emits a ``RolloutRecord`` (so ``compute_metrics`` and
+``plot_timeline`` work on simulated runs as on live ones) plus counters.
+
+Event loop: a heap of instance stretch ends (``SimInstance.plan``: many decode steps priced
+at once); a chunk end calls the core, which may dispatch to other instances, whose current
+stretch is then cut after the step in flight. ``dispatch_latency_s`` / ``result_latency_s``
+delay a dispatch on its way to the engine and a result on its way to the scheduler (the
+live control plane's hops; zero by default). Deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from actors.drafts.options import SpecConfig
+from actors.drafts.policy import Candidate, SpecPolicy, make_draft_policy
+from actors.estimator.core import LengthEstimator
+from actors.scheduler import InstanceLoad, RequestState, SchedulerCore, make_policy
+from pipeline.sim.acceptance import AcceptanceTable, measure_acceptance
+from pipeline.sim.costmodel import CostModel
+from pipeline.sim.instance import Chunk, KvPool, SimInstance
+from transport.messages import (
+    ChunkRecord,
+    InstanceCounters,
+    RequestRecord,
+    RolloutRecord,
+    SpecStats,
+)
+
+__all__ = ["SimConfig", "SimRequest", "SimResult", "simulate"]
+
+_REGRANT = 256  # verified drafts after which cached grants are recomputed
+_OBSERVE = 4  # drafts verified per stretch for the speculation policy's calibration
+_END, _RESULT, _ARRIVE = 0, 1, 2  # event kinds
+_WARM = 600  # verified drafts a speculation policy has seen before the run
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimRequest:
+    request_id: str
+    group_id: str
+    prompt_id: str
+    is_probe: bool
+    prompt_len: int
+    output_len: int  # the true length (engine and oracle only)
+    max_new_tokens: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimConfig:
+    """Cluster and scheduler knobs. ``max_running_per_instance`` defaults to ``max_batch``;
+    ``spec``: "off" or "group" (grouped speculation, MBA budget); ``max_steps``: the
+    longest stretch of decode steps priced at once."""
+
+    num_instances: int
+    max_batch: int
+    kv_capacity: int
+    chunk_size: int
+    max_running_per_instance: int | None = None
+    kv_high_watermark: float = 0.9
+    affinity_spread: int = 4
+    growth_reserve: int | None = None
+    starvation_s: float = 60.0
+    starvation_every: int = 8
+    kv_pool: KvPool = "local"
+    spec: Literal["off", "group"] = "off"
+    g_max: int = 8
+    max_steps: int = 256
+    seed: int = 0
+    dispatch_latency_s: float = 0.0  # scheduler decision -> the chunk reaches its engine
+    result_latency_s: float = 0.0  # a chunk ends -> the scheduler has its result
+
+    def __post_init__(self) -> None:
+        if self.dispatch_latency_s < 0 or self.result_latency_s < 0:
+            raise ValueError("SimConfig latencies must be >= 0")
+        for name in ("num_instances", "max_batch", "kv_capacity", "chunk_size", "max_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"SimConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.spec not in ("off", "group"):
+            raise ValueError(f"SimConfig.spec must be 'off' or 'group', got {self.spec!r}")
+        if self.kv_pool not in ("local", "global"):
+            raise ValueError(f"SimConfig.kv_pool must be 'local' or 'global', got {self.kv_pool!r}")
+
+
+@dataclass(slots=True)
+class SimResult:
+    record: RolloutRecord
+    counters: dict[str, int]  # the scheduler core's
+    wall_s: float  # how long the simulation itself took
+    cpu_s: float  # CPU time it took (on a shared machine the fairer figure)
+    num_events: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _Run:
+    def __init__(
+        self,
+        requests: Sequence[SimRequest],
+        policy_name: str,
+        config: SimConfig,
+        cost: CostModel,
+        acceptance: AcceptanceTable | None,
+    ) -> None:
+        if not requests:
+            raise ValueError("simulate needs at least one request")
+        self.reqs = list(requests)
+        self.cfg = config
+        self.index = {r.request_id: i for i, r in enumerate(self.reqs)}
+        if len(self.index) != len(self.reqs):
+            raise ValueError("duplicate request ids")
+        limit = max(r.max_new_tokens for r in self.reqs)
+        policy = make_policy(
+            policy_name,
+            num_instances=config.num_instances,
+            max_new_tokens=limit,
+            true_lengths={r.request_id: r.output_len for r in self.reqs},
+            starvation_s=config.starvation_s,
+            starvation_every=config.starvation_every,
+        )
+        self.core = SchedulerCore(
+            policy,
+            config.num_instances,
+            chunk_size=config.chunk_size,
+            max_running_per_instance=config.max_running_per_instance or config.max_batch,
+            kv_high_watermark=config.kv_high_watermark,
+            affinity_spread=config.affinity_spread,
+            growth_reserve=config.growth_reserve,
+            global_kv=config.kv_pool == "global",
+        )
+        self.estimator = LengthEstimator(limit)
+        self.members: dict[str, list[int]] = {}
+        for i, r in enumerate(self.reqs):
+            self.members.setdefault(r.group_id, []).append(i)
+        for gid, idx in self.members.items():
+            self.estimator.open_group(gid, self.reqs[idx[0]].prompt_id, len(idx))
+        self.states = [
+            RequestState(
+                request_id=r.request_id,
+                group_id=r.group_id,
+                is_probe=r.is_probe,
+                prompt_len=r.prompt_len,
+                max_new_tokens=r.max_new_tokens,
+                arrival=i,
+            )
+            for i, r in enumerate(self.reqs)
+        ]
+        self.instances = [
+            SimInstance(
+                i,
+                cost,
+                max_batch=config.max_batch,
+                kv_capacity=config.kv_capacity,
+                kv_pool=config.kv_pool,
+                max_steps=config.max_steps,
+            )
+            for i in range(config.num_instances)
+        ]
+        self.cost = cost
+        self.acceptance: AcceptanceTable | None = acceptance
+        self.rng = random.Random(config.seed)
+        self.spec: list[SpecPolicy] = []
+        if config.spec == "group":
+            acceptance = acceptance or measure_acceptance(g_max=config.g_max)
+            self.acceptance = acceptance
+            spec_cfg = SpecConfig(mode="group", g_max=config.g_max)
+            mean_ctx = sum(r.prompt_len + r.output_len / 2 for r in self.reqs) / len(self.reqs)
+            for _ in self.instances:
+                self.spec.append(
+                    make_draft_policy(spec_cfg, lambda b, g: cost.decode_s(b, mean_ctx, g))
+                )
+            for inst in self.instances:
+                inst.on_batch = self._set_drafts
+            for spec_policy in self.spec:
+                self._warm(spec_policy, acceptance)
+        self._grants: list[dict[Any, dict[tuple[int, bool], int]]] = [{} for _ in self.instances]
+        self._observed = [0] * len(self.instances)
+        self.progress = [0.0] * len(self.reqs)
+        self.chunks: list[ChunkRecord] = []
+        self.finish_s = [0.0] * len(self.reqs)
+        self.finish_reason = ["stop"] * len(self.reqs)
+        # (time, seq, kind, instance, payload): kind _END (payload: the stretch's version),
+        # _RESULT (a chunk's result reaches the scheduler), _ARRIVE (a chunk reaches its engine)
+        self.heap: list[tuple[float, int, int, int, Any]] = []
+        self.seq = 0
+        self.num_events = 0
+
+    # --- speculation -----------------------------------------------------------------------
+    def _refs(self, r: int) -> int:
+        mine = self.progress[r]
+        return sum(
+            1 for s in self.members[self.reqs[r].group_id] if s != r and self.progress[s] > mine
+        )
+
+    def _set_drafts(self, inst: SimInstance) -> None:
+        """Each running chunk's draft length (the MBA policy's grant) and token rate.
+
+        Requests whose trees are alike (the same reference count, probe or not) offer the
+        policy the same candidates, so the policy's grant per kind of request (the median
+        over its members) is reused for batches of about the same size (within 25%) whose
+        kinds it has seen, until the policy has seen ``_REGRANT`` more verified drafts; a
+        few drafts per stretch (``_OBSERVE``) are verified for its calibration."""
+        table = self.acceptance
+        assert table is not None
+        policy = self.spec[inst.index]
+        batch = len(inst.running)
+        rows = [table.row(self._refs(c.request)) for c in inst.running]
+        classes = [
+            (row, self.reqs[c.request].is_probe) for row, c in zip(rows, inst.running, strict=True)
+        ]
+        key = int(math.log(batch) / math.log(1.25))
+        cache = self._grants[inst.index]
+        if self._observed[inst.index] >= _REGRANT:
+            cache.clear()
+            self._observed[inst.index] = 0
+        per_class = cache.get(key)
+        if per_class is None or not per_class.keys() >= set(classes):
+            grant: dict[str, int] = {}
+            if policy.can_pay(batch):
+                cands = [
+                    Candidate(str(i), probe, table.probs[row][1 : table.g_max + 1])
+                    for i, (row, probe) in enumerate(classes)
+                ]
+                grant = policy.allocate(batch, cands)
+            members: dict[tuple[int, bool], list[int]] = {}
+            for i, cls in enumerate(classes):
+                members.setdefault(cls, []).append(grant.get(str(i), 0))
+            fresh = {cls: int(statistics.median_low(gs)) for cls, gs in members.items()}
+            per_class = cache[key] = {**(per_class or {}), **fresh}
+        observed = 0
+        for c, cls in zip(inst.running, classes, strict=True):
+            g = per_class[cls]
+            c.draft = g
+            c.rate = table.expected_tokens(table.refs[cls[0]], g) if g else 1.0
+            if g and observed < _OBSERVE:  # one verify step of it, for the calibration
+                observed += 1
+                row = cls[0]
+                ok = 0
+                while (
+                    ok < g and self.rng.random() * table.accept[row][ok] < table.accept[row][ok + 1]
+                ):
+                    ok += 1
+                probs = table.probs[row][1 : g + 1]
+                policy.observe(g, ok, probs, [j < ok for j in range(g)])
+        self._observed[inst.index] += observed
+
+    def _warm(self, policy: SpecPolicy, table: AcceptanceTable) -> None:
+        """A generator's speculation policy is warm after earlier iterations: its calibration
+        has seen ``_WARM`` verified drafts (every reference count alike) before the run."""
+        for i in range(_WARM):
+            row = i % len(table.refs)
+            self._verify(policy, table, row, table.g_max)
+
+    def _verify(self, policy: SpecPolicy, table: AcceptanceTable, row: int, g: int) -> None:
+        """One verify step of a g-token draft, its outcome drawn from the table."""
+        ok = 0
+        while ok < g and self.rng.random() * table.accept[row][ok] < table.accept[row][ok + 1]:
+            ok += 1
+        policy.observe(g, ok, table.probs[row][1 : g + 1], [j < ok for j in range(g)])
+
+    # --- the loop ----------------------------------------------------------------------------
+    def _push(self, inst: SimInstance, end: float | None) -> None:
+        if end is not None:
+            self._event(end, _END, inst.index, inst.version)
+
+    def _event(self, at: float, kind: int, instance: int, payload: Any) -> None:
+        heapq.heappush(self.heap, (at, self.seq, kind, instance, payload))
+        self.seq += 1
+
+    def _plan(self, inst: SimInstance, now: float) -> None:
+        self._push(inst, inst.plan(now))
+
+    def _dispatch(self, now: float) -> None:
+        touched: set[int] = set()
+        for d in self.core.next_dispatches(now):
+            r = self.index[d.request_id]
+            st, spec = self.states[r], self.reqs[r]
+            left = spec.output_len - st.generated
+            target = min(d.max_tokens, left)
+            chunk = Chunk(
+                request=r,
+                chunk_seq=d.chunk_seq,
+                ctx=float(spec.prompt_len + st.generated),
+                target=float(target),
+                finishes=target >= left,
+                dispatched_s=now,
+                new_ctx=d.chunk_seq == 1,
+            )
+            if self.cfg.dispatch_latency_s > 0:
+                self._event(now + self.cfg.dispatch_latency_s, _ARRIVE, d.instance, chunk)
+                continue
+            self.instances[d.instance].enqueue(chunk)
+            touched.add(d.instance)
+        for i in sorted(touched):
+            self._wake(self.instances[i], now)
+
+    def _wake(self, inst: SimInstance, now: float) -> None:
+        """New work on `inst`: start a stretch, or cut the current one short."""
+        if inst.seg_end is None:
+            self._plan(inst, now)
+        else:
+            before = inst.version
+            end = inst.cut(now)
+            if inst.version != before:
+                self._push(inst, end)
+
+    def _chunk_ended(self, inst: SimInstance, c: Chunk, now: float) -> None:
+        r = c.request
+        spec, st = self.reqs[r], self.states[r]
+        before = st.generated
+        n = round(c.done) if not c.out_of_kv else int(c.done)
+        finished = (c.finishes and n >= c.target - 1e-6) or c.out_of_kv
+        self.core.on_chunk_finished(spec.request_id, inst.index, c.chunk_seq, n, finished, now)
+        self.progress[r] = float(st.generated)
+        load = InstanceLoad(
+            index=inst.index,
+            num_running=inst.num_load,
+            kv_tokens_used=int(inst.kv_used()),
+            kv_tokens_total=inst.kv_capacity,
+            max_running=inst.max_batch,
+        )
+        self.core.update_load(load)
+        done = st.status == "finished"
+        reason = "chunk"
+        if done:
+            reason = "length" if c.out_of_kv or st.generated >= spec.max_new_tokens else "stop"
+            self.finish_s[r], self.finish_reason[r] = now, reason
+            new = self.estimator.on_request_finished(spec.group_id, st.generated)
+            if new is not None:
+                self.core.update_estimate(spec.group_id, new)
+        stats = SpecStats()
+        if self.spec:
+            stats = SpecStats(
+                num_steps=max(1, round(c.num_steps)),
+                num_tokens=n,
+                num_draft_tokens=round(c.num_draft_tokens),
+                num_accepted_tokens=round(c.num_accepted_tokens),
+            )
+        self.chunks.append(
+            ChunkRecord(
+                request_id=spec.request_id,
+                group_id=spec.group_id,
+                instance=inst.index,
+                chunk_seq=c.chunk_seq,
+                dispatched_s=c.dispatched_s,
+                start_s=max(c.start_s, c.dispatched_s),
+                end_s=c.ended_s,
+                num_new_tokens=n,
+                prompt_len=spec.prompt_len,
+                generated_before=before,
+                num_reprefilled_tokens=c.reprefilled,
+                finish_reason=reason,
+                spec=stats,
+            )
+        )
+
+    def run(self, policy_name: str) -> SimResult:
+        start, cpu = time.perf_counter(), time.process_time()
+        self.core.add(self.states, 0.0)
+        self._dispatch(0.0)
+        for inst in self.instances:
+            if inst.seg_end is None and inst.waiting:
+                self._plan(inst, 0.0)
+        now = 0.0
+        while self.heap:
+            now, _, kind, i, payload = heapq.heappop(self.heap)
+            inst = self.instances[i]
+            if kind == _ARRIVE:
+                inst.enqueue(payload)
+                self._wake(inst, now)
+                continue
+            if kind == _RESULT:
+                self._chunk_ended(inst, payload, now)
+                self._dispatch(now)
+                continue
+            if payload != inst.version:
+                continue
+            self.num_events += 1
+            for c in inst.finish():
+                c.ended_s = now
+                if self.cfg.result_latency_s > 0:
+                    self._event(now + self.cfg.result_latency_s, _RESULT, i, c)
+                else:
+                    self._chunk_ended(inst, c, now)
+            self._dispatch(now)
+            if inst.seg_end is None:
+                self._plan(inst, now)
+        if not self.core.is_done:
+            raise RuntimeError("simulation stalled with unfinished requests")
+        return SimResult(
+            self._record(policy_name, now),
+            dict(self.core.counters),
+            time.perf_counter() - start,
+            time.process_time() - cpu,
+            self.num_events,
+        )
+
+    def _record(self, policy_name: str, makespan: float) -> RolloutRecord:
+        requests = tuple(
+            RequestRecord(
+                request_id=r.request_id,
+                group_id=r.group_id,
+                prompt_id=r.prompt_id,
+                is_probe=r.is_probe,
+                prompt_len=r.prompt_len,
+                output_len=self.states[i].generated,
+                arrival_s=0.0,
+                finish_s=self.finish_s[i],
+                finish_reason=self.finish_reason[i],
+            )
+            for i, r in enumerate(self.reqs)
+        )
+        instances = tuple(
+            InstanceCounters(
+                instance=inst.index,
+                num_preemptions=inst.counts["num_preemptions"],
+                num_recomputed_tokens=inst.counts["num_recomputed_tokens"],
+                num_reprefilled_tokens=inst.counts["num_reprefilled_tokens"],
+                num_draft_tokens=inst.counts["num_draft_tokens"],
+                num_accepted_tokens=inst.counts["num_accepted_tokens"],
+            )
+            for inst in self.instances
+        )
+        return RolloutRecord(
+            policy=policy_name,
+            num_instances=len(self.instances),
+            chunks=tuple(self.chunks),
+            requests=requests,
+            instances=instances,
+            makespan_s=makespan,
+        )
+
+
+def simulate(
+    requests: Sequence[SimRequest],
+    policy: str,
+    config: SimConfig,
+    cost: CostModel,
+    *,
+    acceptance: AcceptanceTable | None = None,
+) -> SimResult:
+    """One simulated rollout of ``requests`` under ``policy`` (a ``make_policy`` name)."""
+    return _Run(requests, policy, config, cost, acceptance).run(policy)

@@ -1,0 +1,307 @@
+"""`seer sim validate`: the simulator against live rollouts on this machine.
+
+1. Cost table: ``seer profile`` of the built-in engine (or ``--table``), measured first and
+   separately from the runs it must predict.
+2. Teacher-forced step time: the validation workload runs through the engine in this
+   process; every logged step (decode rows, their mean context, draft tokens, prefill
+   tokens) is priced by the table and compared with its measured time
+   (``step_time_err`` = |predicted total - measured total| / measured total).
+3. Live: ``seer bench rollout``'s topology (2 generator processes, real splitter, estimator,
+   scheduler, and draft store when speculating) runs each policy -- baseline, divided,
+   context_aware, oracle, each without and with grouped drafts -- on the same workload for
+   each of ``seeds`` seeds (at least 3); every run is saved as a trace.
+4. Replay: each trace's requests (with their recorded lengths) go through the simulator
+   under the same policy, knobs and seed; the simulator's policies see what live ones see
+   (estimates from finished siblings, telemetry at chunk ends), as late as live ones do:
+   the control plane's dispatch and result delays (``latencies``) are measured from the
+   seed's live traces (system constants of this machine, not outcomes of a policy). With
+   drafts, acceptance comes from real suffix trees over independent random tokens of the
+   model's vocabulary (the bench model is random, so its siblings share no text).
+Per configuration: medians over seeds of live and simulated makespan and tail time, the
+median relative errors, the live spread (max - min over seeds, relative to the median:
+the noise floor), preemptions both ways; ``ranking_match``: the eight configurations in
+the same order by median makespan live and simulated.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from actors.generator import ChunkRequest, SamplingParams
+from actors.scheduler.options import SchedulerOptions
+from pipeline.bench.rollout import POLICIES, bench_generator, run_policies
+from pipeline.launch import LaunchError
+from pipeline.rollout.metrics import compute_metrics
+from pipeline.rollout.plot import plot_timeline
+from pipeline.rollout.trace import save_trace
+from pipeline.rollout.workload import Workload, make_workload
+from pipeline.sim import profile as sim_profile
+from pipeline.sim.acceptance import SiblingModel, measure_acceptance
+from pipeline.sim.costmodel import CostModel, load_table
+from pipeline.sim.simulator import SimConfig, simulate
+from pipeline.sim.workload import from_record
+from transport.messages import RolloutRecord
+
+__all__ = ["run", "teacher_forced_error"]
+
+RANDOM_TEXT = SiblingModel(vocab=259, p_repeat=0.0, p_noise=1.0, p_jump=0.0)
+
+
+SIZES = ("tiny", "quick", "full")
+
+
+def _workload(size: str, seed: int) -> Workload:
+    if size == "tiny":  # for tests: seconds per rollout
+        return make_workload(num_groups=4, group_size=2, mean_len=20, max_len=40, seed=seed)
+    if size == "quick":
+        return make_workload(num_groups=8, group_size=4, mean_len=60, max_len=180, seed=seed)
+    return make_workload(num_groups=12, group_size=8, mean_len=120, max_len=400, seed=seed)
+
+
+def teacher_forced_error(
+    workload: Workload, gen: dict[str, Any], cost: CostModel
+) -> dict[str, float]:
+    """Run the workload in-process, log every engine step, price each with the table."""
+    engine = sim_profile._engine({**gen, "kv_budget_tokens": gen["kv_budget_tokens"]})
+    params = SamplingParams(temperature=1.0, ignore_eos=True)
+    for p in workload.prompts:
+        for k, n in enumerate(p.target_lens):
+            engine.add(ChunkRequest(f"{p.prompt_id}-{k}", p.token_ids, n, params=params))
+    measured, predicted, errors = 0.0, 0.0, []
+    while engine.has_work():
+        start = time.perf_counter()
+        result = engine.step()
+        took = time.perf_counter() - start
+        rows = result.num_decode_rows
+        load = engine.load()
+        guess = cost.prefill_s(result.num_prefill_tokens)
+        if rows:
+            ctx = load.kv_tokens_used / max(load.num_running, 1)
+            guess += cost.decode_s(rows, ctx, result.num_draft_tokens / rows)
+        if not rows and not result.num_prefill_tokens:
+            continue
+        measured += took
+        predicted += guess
+        errors.append(abs(guess - took) / took)
+    return {
+        "step_time_err": abs(predicted - measured) / measured,
+        "per_step_median_err": statistics.median(errors),
+        "num_steps": len(errors),
+        "measured_s": measured,
+        "predicted_s": predicted,
+    }
+
+
+def latencies(records: list[RolloutRecord]) -> tuple[float, float]:
+    """The live control plane's delays, from traces: dispatch (a chunk's dispatch to its
+    first step: the 10th percentile of start - dispatched over chunks of capacity-bounded
+    policies, where a dispatched chunk finds a free slot) and result (a chunk's end to the
+    next dispatch of the same request: the 10th percentile over consecutive chunks)."""
+    starts, gaps = [], []
+    for rec in records:
+        by_req: dict[str, list[Any]] = {}
+        for c in rec.chunks:
+            by_req.setdefault(c.request_id, []).append(c)
+            if rec.policy != "baseline":
+                starts.append(c.start_s - c.dispatched_s)
+        for chunks in by_req.values():
+            chunks.sort(key=lambda c: c.chunk_seq)
+            gaps += [b.dispatched_s - a.end_s for a, b in itertools.pairwise(chunks)]
+    dispatch = float(np.percentile(starts, 10)) if starts else 0.0
+    result = float(np.percentile(gaps, 10)) if gaps else dispatch
+    return max(dispatch, 0.0), max(result, 0.0)
+
+
+def _sim_config(
+    gen: dict[str, Any], chunk_size: int, spec: bool, seed: int, lat: tuple[float, float]
+) -> SimConfig:
+    opts = SchedulerOptions()
+    return SimConfig(
+        num_instances=2,
+        max_batch=gen["max_batch"],
+        kv_capacity=gen["kv_budget_tokens"],
+        chunk_size=chunk_size,
+        max_running_per_instance=gen["max_batch"],
+        kv_high_watermark=opts.kv_high_watermark,
+        affinity_spread=opts.affinity_spread,
+        growth_reserve=opts.growth_reserve,
+        starvation_s=opts.starvation_s,
+        starvation_every=opts.starvation_every,
+        kv_pool="local",
+        spec="group" if spec else "off",
+        max_steps=16,
+        seed=seed,
+        dispatch_latency_s=lat[0],
+        result_latency_s=lat[1],
+    )
+
+
+def _live(
+    workload: Workload, gen: dict[str, Any], chunk_size: int, console: Console
+) -> dict[str, list[RolloutRecord]]:
+    """The four policies live, one topology; a topology that fails to start (a loaded
+    machine can miss the launcher's readiness deadline) is tried once more."""
+    for attempt in range(2):
+        try:
+            return anyio.run(run_policies, workload, gen, chunk_size, POLICIES, console, 1, 300.0)
+        except LaunchError:
+            if attempt:
+                raise
+            console.print("topology did not start; trying once more")
+    raise AssertionError("unreachable")
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / b if b > 0 else 0.0
+
+
+def run(
+    json_path: str | None = None,
+    *,
+    quick: bool = False,
+    size: str | None = None,
+    seeds: int = 3,
+    table: str | None = None,
+    chunk_size: int = 128,
+    drafts: bool = True,
+) -> dict[str, Any]:
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    size = size or ("quick" if quick else "full")
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {SIZES}, got {size!r}")
+    console = Console(width=150)
+    folder = Path(json_path).parent if json_path else Path(tempfile.mkdtemp())
+    folder.mkdir(parents=True, exist_ok=True)
+    gen = bench_generator(size != "full")
+    if table is None:
+        table = str(folder / "costmodel_cpu.json")
+        console.print("profiling the built-in engine (seer profile --quick) ...")
+        sim_profile.run(table, quick=True, gen=gen)
+    cost = CostModel(load_table(table)["rows"], sim_profile.SHAPE)
+    teacher = teacher_forced_error(_workload(size, 0), gen, cost)
+    console.print(
+        f"teacher-forced: {teacher['num_steps']} engine steps, total step time error "
+        f"{teacher['step_time_err']:.1%} (per step, median {teacher['per_step_median_err']:.1%})"
+    )
+    acceptance = measure_acceptance(RANDOM_TEXT) if drafts else None
+    variants = [("", {"spec": {"mode": "off"}})]
+    if drafts:
+        variants.append(("+drafts", {"spec": {"mode": "group"}}))
+    rows: dict[str, dict[str, list[float]]] = {}
+    measured_latencies: list[tuple[float, float]] = []
+    examples: dict[str, RolloutRecord] = {}
+    for seed in range(seeds):
+        workload = _workload(size, seed)
+        for suffix, spec in variants:
+            live = _live(workload, {**gen, **spec}, chunk_size, console)
+            lat = latencies([rs[0] for rs in live.values()])
+            measured_latencies.append(lat)
+            for policy, records in live.items():
+                name = policy + suffix
+                record = records[0]
+                save_trace(record, folder / f"trace-{name}-seed{seed}.json")
+                reqs = from_record(record, workload.max_new_tokens)
+                cfg = _sim_config(gen, chunk_size, bool(suffix), seed, lat)
+                sim = simulate(reqs, policy, cfg, cost, acceptance=acceptance)
+                lm, sm = compute_metrics(record), compute_metrics(sim.record)
+                row = rows.setdefault(name, {})
+                for key, value in (
+                    ("live_makespan_s", lm["makespan_s"]),
+                    ("sim_makespan_s", sm["makespan_s"]),
+                    ("makespan_err", _rel(sm["makespan_s"], lm["makespan_s"])),
+                    ("live_tail_s", lm["tail_s"]),
+                    ("sim_tail_s", sm["tail_s"]),
+                    ("tail_err", _rel(sm["tail_s"], lm["tail_s"])),
+                    ("live_preemptions", lm["num_preemptions"]),
+                    ("sim_preemptions", sm["num_preemptions"]),
+                    ("live_accept_len", lm["mean_accept_len"]),
+                    ("sim_accept_len", sm["mean_accept_len"]),
+                ):
+                    row.setdefault(key, []).append(float(value))
+                if seed == 0 and not suffix:
+                    examples[f"live {policy}"] = record
+                    examples[f"sim {policy}"] = sim.record
+    policies: dict[str, dict[str, Any]] = {}
+    for name, row in rows.items():
+        lives = row["live_makespan_s"]
+        med = statistics.median(lives)
+        policies[name] = {
+            **{k: statistics.median(v) for k, v in row.items()},
+            "live_spread": (max(lives) - min(lives)) / med if med > 0 else 0.0,
+            "live_makespans_s": lives,
+            "sim_makespans_s": row["sim_makespan_s"],
+        }
+    live_rank = sorted(policies, key=lambda n: policies[n]["live_makespan_s"])
+    sim_rank = sorted(policies, key=lambda n: policies[n]["sim_makespan_s"])
+    errs = [p["makespan_err"] for p in policies.values()]
+    summary = {
+        "policies": policies,
+        "ranking_match": live_rank == sim_rank,
+        "live_ranking": live_rank,
+        "sim_ranking": sim_rank,
+        "step_time_err": teacher["step_time_err"],
+        "teacher_forced": teacher,
+        "median_makespan_err": statistics.median(errs),
+        "worst_makespan_err": max(errs),
+        "median_tail_err": statistics.median(p["tail_err"] for p in policies.values()),
+        "seeds": seeds,
+        "latencies_s": [{"dispatch": d, "result": r} for d, r in measured_latencies],
+        "generator": gen,
+        "chunk_size": chunk_size,
+        "cost_table": table,
+    }
+    console.print(_table(summary))
+    summary["timeline_png"] = str(plot_timeline(examples, folder / "sim-validate-timeline.png"))
+    out = Path(json_path) if json_path else folder / "sim-validate.json"
+    out.write_text(json.dumps(summary, indent=2))
+    console.print(f"wrote {out} and {summary['timeline_png']}")
+    return summary
+
+
+def _table(summary: dict[str, Any]) -> Table:
+    t = Table(
+        title=f"seer sim validate (medians over {summary['seeds']} seeds; live = 2 CPU generators)"
+    )
+    for c in (
+        "config",
+        "live s",
+        "sim s",
+        "err",
+        "live spread",
+        "live tail",
+        "sim tail",
+        "tail err",
+        "preempt live/sim",
+    ):
+        t.add_column(c, justify="right")
+    for name, p in summary["policies"].items():
+        t.add_row(
+            name,
+            f"{p['live_makespan_s']:.2f}",
+            f"{p['sim_makespan_s']:.2f}",
+            f"{p['makespan_err']:.1%}",
+            f"{p['live_spread']:.1%}",
+            f"{p['live_tail_s']:.2f}",
+            f"{p['sim_tail_s']:.2f}",
+            f"{p['tail_err']:.1%}",
+            f"{p['live_preemptions']:.0f}/{p['sim_preemptions']:.0f}",
+        )
+    t.caption = (
+        f"makespan error median {summary['median_makespan_err']:.1%}, worst "
+        f"{summary['worst_makespan_err']:.1%}; tail error median {summary['median_tail_err']:.1%}; "
+        f"ranking match: {summary['ranking_match']}; teacher-forced step time error "
+        f"{summary['step_time_err']:.1%}"
+    )
+    return t

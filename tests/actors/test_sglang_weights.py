@@ -1,0 +1,29 @@
+"""A published state dict written for an SGLang server loads back bit for bit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from actors.generator.sglang.weights import is_hf_folder, model_config_of, write_hf_folder
+from actors.model import LlamaModel, ModelConfig, load_hf_folder
+
+CFG = ModelConfig(
+    vocab_size=50, hidden=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate=64,
+    max_context=64,
+)  # fmt: skip
+
+
+def test_a_state_dict_round_trips_through_an_hf_folder(tmp_path: Path) -> None:
+    model = LlamaModel.random(CFG, seed=2)
+    folder = write_hf_folder(model.state_dict(), CFG, tmp_path / "v1", eos_token_id=7)
+    write_hf_folder(model.state_dict(), CFG, folder)  # rewriting replaces it whole
+    assert is_hf_folder(str(folder)) and not (tmp_path / "v1.tmp").exists()
+    assert json.loads((folder / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    loaded = load_hf_folder(folder)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+    assert model_config_of(str(folder), CFG) == CFG
+    assert model_config_of("", CFG) == CFG

@@ -1,0 +1,133 @@
+"""Trainer ranks: 2 processes on torch.distributed (gloo), started with the torchrun
+environment, take the same GRPO step as one rank on all the samples."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from actors.trainer import OffPolicyError
+from actors.trainer.parallel import SamplingTransform, transformed_logprobs
+from actors.trainer.ranks import RankEnv, RankError
+from tests.actors import ranks_worker as w
+
+ROOT = Path(__file__).parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_ranks(tmp_path: Path, world: int) -> list[dict]:
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        env = os.environ | RankEnv(rank=rank, world_size=world, master_port=port).to_env()
+        env["PYTHONPATH"] = str(ROOT)
+        cmd = [sys.executable, "-m", "tests.actors.ranks_worker", str(tmp_path / "out")]
+        procs.append(subprocess.Popen(cmd, env=env, cwd=ROOT))
+    try:
+        for p in procs:
+            assert p.wait(timeout=100) == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return [torch.load(tmp_path / f"out-{r}.pt", weights_only=True) for r in range(world)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_two_rank_step_equals_one_rank_step(tmp_path: Path) -> None:
+    """Two processes started with the torchrun environment (gloo) against GRPOTrainer.step
+    on all the samples in this process; then the same at temperature 0.7 (logprobs under
+    the sampling transform) against one rank, and against ignoring the transform."""
+    ranks = run_ranks(tmp_path, 2)
+    results = [r["1.0"] for r in ranks]
+    single = w.trainer()
+    stats = single.step(w.samples(), expected_version=0)  # GRPOTrainer.step on all samples
+    reference = single.model.state_dict()
+    before = w.model().state_dict()
+    for res in results:  # every rank holds the same new weights, equal to the 1-rank step
+        for name, tensor in reference.items():
+            assert not torch.equal(tensor, before[name]) or "norm" in name
+            torch.testing.assert_close(res["state"][name], tensor, rtol=1e-5, atol=1e-6)
+    got = results[0]["stats"]
+    assert got["num_samples"] == stats["num_samples"] == len(w.samples())
+    assert got["num_skipped_groups"] == stats["num_skipped_groups"] >= 1  # g0 is flat
+    for key in ("loss", "grad_norm", "clip_fraction", "num_tokens", "reward_mean"):
+        assert got[key] == pytest.approx(stats[key], rel=1e-5, abs=1e-7), key
+    assert sum(r["stats"]["num_local_samples"] for r in results) == len(w.samples())
+
+    transform = SamplingTransform(temperature=0.7)
+    one = w.trainer()
+    one.step_shard(w.samples(transform), expected_version=0, transform=transform)
+    plain = w.trainer()
+    plain.step_shard(w.samples(transform), expected_version=0)  # wrong transform: differs
+    for name, tensor in one.model.state_dict().items():
+        torch.testing.assert_close(ranks[1]["0.7"]["state"][name], tensor, rtol=1e-5, atol=1e-6)
+    pairs = zip(one.model.state_dict().values(), plain.model.state_dict().values(), strict=True)
+    diff = max(float((a - b).abs().max()) for a, b in pairs)
+    assert diff > 1e-4
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [(0.7, 0, 1.0), (1.3, 5, 1.0), (0.9, 0, 0.8),
+                                                     (0.0, 0, 1.0)])  # fmt: skip
+def test_transformed_logprobs_match_the_generator_sampler(
+    temperature: float, top_k: int, top_p: float
+) -> None:
+    from actors.generator.builtin.sampler import SamplingBatch, sampling_probs
+
+    logits = torch.randn(2, 5, 32, generator=torch.Generator().manual_seed(0)) * 3
+    flat = logits.reshape(10, 32)
+    probs = sampling_probs(
+        flat,
+        SamplingBatch.build(
+            [max(temperature, 1e-9)] * 10, [top_k] * 10, [top_p] * 10, [0] * 10, list(range(10))
+        ),
+    )
+    if temperature == 0:  # greedy: the model's own distribution, as the sampler reports
+        probs = torch.softmax(flat, -1)
+    targets = probs.argmax(-1).reshape(2, 5)  # a token the filter keeps
+    expected = probs.gather(-1, targets.reshape(10, 1)).log().reshape(2, 5)
+    got = transformed_logprobs(logits, targets, SamplingTransform(temperature, top_k, top_p))
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_one_rank_shard_step_equals_core_step() -> None:
+    a, b = w.trainer(), w.trainer()
+    sa = a.step(w.samples(), expected_version=0)
+    sb = b.step_shard(w.samples(), expected_version=0)
+    assert sa["loss"] == pytest.approx(sb["loss"], rel=1e-6)
+    for name, tensor in a.model.state_dict().items():
+        torch.testing.assert_close(b.model.state_dict()[name], tensor)
+    assert b.version == 1
+
+
+def test_off_policy_shard_refused_before_anything_changes() -> None:
+    t = w.trainer()
+    before = {k: v.clone() for k, v in t.model.state_dict().items()}
+    with pytest.raises(OffPolicyError):
+        t.step_shard(w.samples(), expected_version=1)
+    assert t.version == 0
+    assert all(torch.equal(before[k], v) for k, v in t.model.state_dict().items())
+
+
+def test_rank_env_reads_torchrun_variables() -> None:
+    env = RankEnv.from_env({"RANK": "1", "WORLD_SIZE": "4", "MASTER_PORT": "1234",
+                            "LOCAL_RANK": "1", "MASTER_ADDR": "10.0.0.2"})  # fmt: skip
+    assert (env.rank, env.world_size, env.master_addr, env.master_port) == (1, 4, "10.0.0.2", 1234)
+    assert RankEnv.from_env(env.to_env()) == env
+    assert RankEnv.from_env({}) == RankEnv()
+    with pytest.raises(RankError):
+        RankEnv.from_env({"RANK": "4", "WORLD_SIZE": "4"})
+    with pytest.raises(RankError):
+        RankEnv.from_env({"RANK": "x"})

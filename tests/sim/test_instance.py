@@ -1,0 +1,103 @@
+"""SimInstance: the built-in engine's KV books -- admission, parking, eviction, preemption."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.sim.costmodel import CostModel
+from pipeline.sim.instance import Chunk, SimInstance
+
+COST = CostModel.builtin("qwen2.5-7b")
+
+
+def chunk(request: int, ctx: int, target: int, *, new: bool = True, seq: int = 1) -> Chunk:
+    return Chunk(
+        request=request,
+        chunk_seq=seq,
+        ctx=float(ctx),
+        target=float(target),
+        finishes=True,
+        dispatched_s=0.0,
+        new_ctx=new,
+    )
+
+
+def drain(inst: SimInstance, now: float = 0.0) -> tuple[list[Chunk], float]:
+    done: list[Chunk] = []
+    end = inst.plan(now)
+    while end is not None:
+        done += inst.finish()
+        now = end
+        end = inst.plan(now)
+    return done, now
+
+
+def test_preempts_the_newest_admission_and_recomputes_it() -> None:
+    inst = SimInstance(0, COST, max_batch=4, kv_capacity=100)
+    inst.enqueue(chunk(0, 30, 30))
+    inst.enqueue(chunk(1, 30, 30))
+    inst.plan(0.0)  # both fit (60 of 100); they grow 2 tokens a step
+    assert len(inst.running) == 2 and inst.seg_steps == 20  # then the KV is full
+    inst.finish()
+    inst.plan(1.0)
+    assert inst.counts["num_preemptions"] == 1 and inst.counts["num_recomputed_tokens"] == 0
+    assert [c.request for c in inst.running] == [0] and inst.waiting[0].request == 1
+    done, _ = drain(inst, 1.0)
+    assert sorted(c.request for c in done) == [0, 1]
+    assert all(c.done == c.target for c in done)
+    # request 1 was re-admitted from scratch once 0 had finished: its context (30 + 20
+    # tokens) recomputed
+    assert inst.counts["num_recomputed_tokens"] == 50
+    assert inst.kv_used() == 0  # finished requests free their KV
+
+
+def test_alone_and_out_of_kv_ends_the_request() -> None:
+    inst = SimInstance(0, COST, max_batch=4, kv_capacity=50)
+    inst.enqueue(chunk(0, 40, 100))
+    done, _ = drain(inst)
+    assert len(done) == 1 and done[0].out_of_kv and done[0].done == pytest.approx(10)
+
+
+def test_local_pool_parks_kv_and_reuses_it_only_on_the_same_instance() -> None:
+    a = SimInstance(0, COST, max_batch=4, kv_capacity=1000)
+    b = SimInstance(1, COST, max_batch=4, kv_capacity=1000)
+    first = chunk(0, 10, 5)
+    first.finishes = False
+    drain(a)
+    a.enqueue(first)
+    drain(a)
+    assert a.parked == {0: 15.0}  # the chunk ended; its KV waits here
+    a.enqueue(chunk(0, 15, 5, new=False, seq=2))
+    drain(a)
+    assert a.counts["num_reprefilled_tokens"] == 0
+    b.enqueue(chunk(0, 15, 5, new=False, seq=2))
+    drain(b)
+    assert b.counts["num_reprefilled_tokens"] == 15  # moved: its context is prefilled again
+
+
+def test_global_pool_moves_without_reprefill() -> None:
+    b = SimInstance(1, COST, max_batch=4, kv_capacity=1000, kv_pool="global")
+    b.enqueue(chunk(0, 15, 5, new=False, seq=2))
+    drain(b)
+    assert b.counts["num_reprefilled_tokens"] == 0 and not b.parked
+
+
+def test_parked_kv_is_evicted_least_recently_used_before_admission_waits() -> None:
+    inst = SimInstance(0, COST, max_batch=4, kv_capacity=100)
+    inst.parked.update({7: 40.0, 8: 40.0})
+    inst.enqueue(chunk(0, 50, 1))
+    inst.plan(0.0)
+    assert list(inst.parked) == [8] and inst.counts["num_parked_evictions"] == 1
+
+
+def test_cut_ends_the_stretch_after_the_step_in_flight() -> None:
+    inst = SimInstance(0, COST, max_batch=4, kv_capacity=10_000, max_steps=100)
+    inst.enqueue(chunk(0, 10, 1000))
+    end = inst.plan(0.0)
+    assert end is not None and inst.seg_steps == 100
+    dt = inst.seg_dt
+    t = inst.seg_prefill + 2.5 * dt
+    assert inst.cut(t) == pytest.approx(inst.seg_prefill + 3 * dt)
+    [c] = inst.running
+    inst.finish()
+    assert c.done == 3

@@ -1,0 +1,35 @@
+"""`seer sim validate` end to end on a tiny workload: live processes, replay, JSON shape."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.bench.rollout import bench_generator
+from pipeline.sim import profile, validate
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_tiny_validate_run_writes_the_json_shape(tmp_path: Path) -> None:
+    gen = bench_generator(True)
+    table = profile.profile_engine(
+        gen, batches=(1, 4, 16), contexts=(32, 96), prefills=(16, 64), steps=4
+    )
+    assert {r["kind"] for r in table["rows"]} == {"decode", "prefill"}
+    table_path = tmp_path / "table.json"
+    table_path.write_text(json.dumps(table))
+    out = tmp_path / "sim-validate.json"
+    validate.run(str(out), size="tiny", seeds=1, table=str(table_path), drafts=False)
+    data = json.loads(out.read_text())
+    assert set(data["policies"]) == {"baseline", "divided", "context_aware", "oracle"}
+    for p in data["policies"].values():
+        keys = {"live_makespan_s", "sim_makespan_s", "makespan_err", "live_tail_s"}
+        assert keys | {"sim_tail_s", "tail_err"} <= set(p)
+        assert p["live_makespan_s"] > 0 and p["sim_makespan_s"] > 0
+    assert isinstance(data["ranking_match"], bool)
+    assert data["step_time_err"] >= 0 and data["teacher_forced"]["num_steps"] > 0
+    assert Path(data["timeline_png"]).stat().st_size > 0
+    assert len(list(tmp_path.glob("trace-*-seed0.json"))) == 4
