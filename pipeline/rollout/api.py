@@ -127,7 +127,7 @@ def rollout_config(
     extra: dict[str, Any] = {} if run_id is None else {"run_id": run_id}
     wait = server_start_s(gen_opts)
     if wait:  # generators that launch their server report ready once it serves
-        extra["ready_timeout_s"] = wait
+        extra["ready_timeout_s"] = max(wait, PipelineConfig.ready_timeout_s)
     return PipelineConfig(topology=topology, transport=TransportConfig(run_dir=run_dir), **extra)
 
 

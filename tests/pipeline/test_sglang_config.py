@@ -10,7 +10,7 @@ from actors.generator import GeneratorOptions
 from actors.generator.sglang import DEFAULT_COMMAND, SGLangOptions
 from actors.options import ConfigError
 from pipeline.backend import server_start_s, use_backend
-from pipeline.config import build_options
+from pipeline.config import PipelineConfig, build_options
 from pipeline.rl_config import RunConfig
 from pipeline.rollout.api import rollout_config
 
@@ -45,9 +45,11 @@ request_timeout_s = 30
 
 
 def test_the_launcher_waits_for_servers_the_generators_launch() -> None:
-    launch = {"backend": "sglang", "sglang": {"start_timeout_s": 100.0}}
-    assert server_start_s(launch) == 160.0
-    assert rollout_config(generator=launch).ready_timeout_s == 160.0
+    launch = {"backend": "sglang", "sglang": {"start_timeout_s": 300.0}}
+    assert server_start_s(launch) == 360.0
+    assert rollout_config(generator=launch).ready_timeout_s == 360.0
+    short = {"backend": "sglang", "sglang": {"start_timeout_s": 10.0}}  # never below the default
+    assert rollout_config(generator=short).ready_timeout_s == PipelineConfig.ready_timeout_s
     attach = {"backend": "sglang", "sglang": {"urls": ["http://a:1"]}}
-    assert rollout_config(generator=attach).ready_timeout_s == 60.0
+    assert rollout_config(generator=attach).ready_timeout_s == PipelineConfig.ready_timeout_s
     assert server_start_s({}) == 0.0

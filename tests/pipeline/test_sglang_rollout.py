@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -71,9 +72,13 @@ async def rollouts(
 ) -> dict[str, list[tuple[int, ...]]]:
     config = rollout_config(num_generators=2, chunk_size=8, generator=gen, run_dir=str(tmp))
     out = {}
+    # forced_lens at the token budget change no output (EOS still ends a sample) and give
+    # the oracle policy the true lengths it requires
+    budget = (sampling.max_new_tokens,) * 3
+    prompts = [dataclasses.replace(p, forced_lens=budget) for p in PROMPTS]
     async with Rollout(config, mode="inprocess") as rollout:
         for policy in policies:
-            groups = await rollout.generate(PROMPTS, 3, sampling, policy=policy)
+            groups = await rollout.generate(prompts, 3, sampling, policy=policy)
             out[policy] = [s.token_ids for g in groups for s in g.samples]
     return out
 
