@@ -37,7 +37,7 @@ lint: setup
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/pytest -q --timeout=300
+	$(BIN)/pytest -q --timeout=300 --durations=15
 
 run: setup
 	$(BIN)/seer run
