@@ -255,3 +255,24 @@ class RemoteEngine(Protocol):
 
     async def watch(self) -> None:
         """Background health checks while chunks are in flight (runs until cancelled)."""
+
+
+def check_chunk_request(request: ChunkRequest) -> None:
+    """The checks every engine makes of a chunk before it runs (id, prompt, budgets,
+    sampling parameters); engines add their own (vocabulary, context, KV budget)."""
+    rid = request.request_id
+    if not isinstance(rid, str) or not rid:
+        raise InvalidRequestError(f"request id must be a non-empty string, got {rid!r}")
+    if not request.prompt_ids:
+        raise InvalidRequestError(f"request {rid!r} has an empty prompt")
+    if request.max_new_tokens <= 0:
+        raise InvalidRequestError(
+            f"request {rid!r}: max_new_tokens must be > 0, got {request.max_new_tokens}"
+        )
+    total = request.max_total_new_tokens
+    if total is not None and total <= len(request.generated_ids):
+        raise InvalidRequestError(
+            f"request {rid!r}: max_total_new_tokens {total} leaves nothing to generate after "
+            f"{len(request.generated_ids)} generated tokens"
+        )
+    request.params.validate()

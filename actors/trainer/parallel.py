@@ -43,7 +43,7 @@ from actors.trainer.core import (
     SamplingTransform,
     _chunks,
 )
-from actors.trainer.grpo import grpo_loss, token_logprobs
+from actors.trainer.grpo import token_logprobs
 from actors.trainer.ranks import all_reduce_min, all_reduce_sum
 
 
@@ -98,6 +98,7 @@ class RankedGRPOTrainer(GRPOTrainer):
         start = time.perf_counter()
         self._agree_on_policy(samples, expected_version)
         self.transform = transform or SamplingTransform()
+        self.sampling = self.transform  # GRPOTrainer's loss takes logprobs under it
         batch = make_batch(samples, self.pad_id) if samples else None
         num_skipped: float
         if advantages is None:
@@ -225,27 +226,6 @@ class RankedGRPOTrainer(GRPOTrainer):
             n = p.grad.numel()
             p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
             offset += n
-
-    def _micro_loss(self, micro: TrainBatch) -> tuple[Tensor, dict[str, float]]:
-        if self.transform.is_identity:
-            return super()._micro_loss(micro)
-        logits = self.model(micro.input_ids)  # (b, t, V)
-        new_logprobs = transformed_logprobs(logits, micro.targets, self.transform)
-        ref_logprobs = None
-        if self.ref_model is not None:
-            with torch.no_grad():
-                ref_logits = self.ref_model(micro.input_ids)
-                ref_logprobs = transformed_logprobs(ref_logits, micro.targets, self.transform)
-        return grpo_loss(
-            new_logprobs,
-            micro.old_logprobs,
-            micro.advantages,
-            micro.mask,
-            clip_eps=self.clip_eps,
-            kl_coef=self.kl_coef,
-            ref_logprobs=ref_logprobs,
-            length_norm=self.length_norm,
-        )
 
 
 def _empty() -> Tensor:

@@ -17,10 +17,9 @@ from actors.generator.builtin.draft_tree import DraftTree, validate_draft
 from actors.generator.builtin.request import EngineRequest
 from actors.generator.builtin.runner import Segment
 from actors.generator.builtin.sampler import SamplingBatch
-from actors.generator.engine import ChunkRequest, Draft
+from actors.generator.engine import ChunkRequest, Draft, check_chunk_request
 from actors.generator.errors import (
     ContextOverflowError,
-    InvalidRequestError,
     TokenOutOfVocabError,
     WeightVersionError,
 )
@@ -29,22 +28,8 @@ from actors.generator.errors import (
 def validate_request(
     request: ChunkRequest, vocab_size: int, max_seq_len: int, kv_budget: int, weight_version: int
 ) -> None:
+    check_chunk_request(request)
     rid = request.request_id
-    if not isinstance(rid, str) or not rid:
-        raise InvalidRequestError(f"request id must be a non-empty string, got {rid!r}")
-    if not request.prompt_ids:
-        raise InvalidRequestError(f"request {rid!r} has an empty prompt")
-    if request.max_new_tokens <= 0:
-        raise InvalidRequestError(
-            f"request {rid!r}: max_new_tokens must be > 0, got {request.max_new_tokens}"
-        )
-    total = request.max_total_new_tokens
-    if total is not None and total <= len(request.generated_ids):
-        raise InvalidRequestError(
-            f"request {rid!r}: max_total_new_tokens {total} leaves nothing to generate after "
-            f"{len(request.generated_ids)} generated tokens"
-        )
-    request.params.validate()
     _check_vocab(rid, "prompt", request.prompt_ids, vocab_size)
     _check_vocab(rid, "generated", request.generated_ids, vocab_size)
     _check_vocab(rid, "stop", request.params.stop_token_ids, vocab_size)

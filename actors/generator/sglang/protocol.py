@@ -20,7 +20,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from actors.generator.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
+from actors.generator.engine import (
+    ChunkRequest,
+    ChunkResult,
+    EngineLoad,
+    FinishReason,
+    check_chunk_request,
+)
 from actors.generator.errors import (
     ContextOverflowError,
     InvalidRequestError,
@@ -73,22 +79,8 @@ def stop_ids(request: ChunkRequest, eos_token_id: int | None) -> tuple[int, ...]
 
 def validate_chunk(request: ChunkRequest, context_len: int, weight_version: int) -> None:
     """Refuse bad input before anything is sent (the same rules as the built-in engine)."""
+    check_chunk_request(request)
     rid = request.request_id
-    if not isinstance(rid, str) or not rid:
-        raise InvalidRequestError(f"request id must be a non-empty string, got {rid!r}")
-    if not request.prompt_ids:
-        raise InvalidRequestError(f"request {rid!r} has an empty prompt")
-    if request.max_new_tokens <= 0:
-        raise InvalidRequestError(
-            f"request {rid!r}: max_new_tokens must be > 0, got {request.max_new_tokens}"
-        )
-    total = request.max_total_new_tokens
-    if total is not None and total <= len(request.generated_ids):
-        raise InvalidRequestError(
-            f"request {rid!r}: max_total_new_tokens {total} leaves nothing to generate after "
-            f"{len(request.generated_ids)} generated tokens"
-        )
-    request.params.validate()
     for tok in (*request.prompt_ids, *request.generated_ids, *request.params.stop_token_ids):
         if not isinstance(tok, int) or tok < 0:
             raise InvalidRequestError(f"request {rid!r}: token ids must be ints >= 0, got {tok!r}")
