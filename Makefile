@@ -2,7 +2,10 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# STAMP: what `make run` needs (CPU torch and the package); DEV_STAMP: what `make test` adds
+# (test tools, Ray, transformers) and SGLang's wheel for the schema tests
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 # The CPU build of torch lies on this machine's disk; a plain `torch` would pull a CUDA build.
 TORCH := torch==2.13.0
 
@@ -15,7 +18,7 @@ SGLANG_STAMP := $(SGLANG_WHEEL_DIR)/sglang-$(SGLANG_VERSION)-cp311-cp311-manylin
 
 .PHONY: setup test lint run bench clean
 
-setup: $(STAMP) $(SGLANG_STAMP)
+setup: $(DEV_STAMP) $(SGLANG_STAMP)
 
 $(SGLANG_STAMP): | $(STAMP)
 	mkdir -p $(SGLANG_WHEEL_DIR)
@@ -29,8 +32,12 @@ $(SGLANG_STAMP): | $(STAMP)
 $(STAMP): pyproject.toml setup.py actors/drafts/_suffix_tree.cpp
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check $(TORCH)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,ray]'
+	$(BIN)/pip install -q --disable-pip-version-check -e .
 	touch $(STAMP)
+
+$(DEV_STAMP): $(STAMP)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,ray]'
+	touch $(DEV_STAMP)
 
 lint: setup
 	$(BIN)/ruff check transport actors pipeline tests examples
@@ -39,10 +46,10 @@ lint: setup
 test: lint
 	$(BIN)/pytest -q --timeout=300 --durations=15
 
-run: setup
+run: $(STAMP)
 	$(BIN)/seer run
 
-bench: setup
+bench: $(STAMP)
 	$(BIN)/seer bench transport --json runs/bench-transport.json
 
 clean:
