@@ -19,7 +19,9 @@ from pipeline.tasks.warmstart import DEFAULT_STEPS, warm_start
 @dataclass(frozen=True, kw_only=True)
 class RunConfig:
     task: str = "countdown"
-    iterations: int = 80
+    # 40: on the 400-step warm start (held-out about 0.75 before RL) 40 iterations added
+    # +0.05 (0.746 -> 0.758 -> 0.797 at 0 / 20 / 40) in about 3 minutes on 2 cores
+    iterations: int = 40
     prompts_per_iteration: int = 64  # 32 learned about half as steadily (noisier updates)
     group_size: int = 8
     max_new_tokens: int = 160

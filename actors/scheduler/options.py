@@ -21,7 +21,8 @@ class SchedulerOptions:
     anti-starvation age (for requests that have run a chunk); `starvation_every`: at most
     one starved request promoted per this many dispatches. `health_interval_s` /
     `health_timeout_s`: how often generators with work are asked for their load, and how
-    long before one counts as lost."""
+    long before one counts as lost (1 s and 3 s: a frozen generator is noticed within about
+    4 s; engine steps run off the generator's event loop, so a busy one still answers)."""
 
     policy: str = "context_aware"
     chunk_size: int = 128
@@ -30,8 +31,8 @@ class SchedulerOptions:
     affinity_spread: int = 4
     starvation_s: float = 60.0
     starvation_every: int = 8
-    health_interval_s: float = 2.0
-    health_timeout_s: float = 5.0
+    health_interval_s: float = 1.0
+    health_timeout_s: float = 3.0
     growth_reserve: int | None = None
 
     def __post_init__(self) -> None:

@@ -3,8 +3,10 @@
 A ``Task`` is pure and synchronous: no sockets, no model. The RL loop asks it for prompts
 (``sample_prompts``), turns each into a group of requests, and scores every finished
 completion with ``reward`` (a float in [0, 1]). ``sft_example`` gives one valid completion
-(EOS included) for the supervised warm start; ``render`` makes a prompt and a completion
-readable for logs and reports.
+(EOS included) for the supervised warm start, whose prompts come from the task's
+``sft_prompts`` when it has one (same signature as ``sample_prompts``; optional: a warm
+start may emphasise what is rare in the RL prompts), else from ``sample_prompts``;
+``render`` makes a prompt and a completion readable for logs and reports.
 
 Contract:
 - ``TaskPrompt.prompt_id`` is stable: the same prompt gets the same id in every iteration,

@@ -42,13 +42,15 @@ from pipeline.tasks.base import Task
 
 log = structlog.get_logger()
 
-# The default budget, about as long as the 60 s wall-clock budget it replaced: on an idle
-# 2-core machine a step of batch 64 for `seer run`'s model (hidden 128, 4 layers, 2 threads)
-# took 0.14 s (85 steps 11.6 s, 400 steps 56 s, both threads busy); beside a CPU hog the same
-# 400 steps took 203 s and, as they must, gave the same weights.
+# The default budget. Countdown's warm-start prompts (`Countdown.sft_prompts`: N uniform, not
+# log-uniform) are about twice as long as its RL prompts, so a step of batch 64 for `seer
+# run`'s model (hidden 128, 4 layers, 2 threads) holds about 3,850 target tokens: 400 steps
+# took 183 s on a 2-core machine with little else running (300 steps reach 0.62 held-out
+# success at temperature 1 where 400 reach 0.67; 400 steps of batch 32, 0.59). The same
+# steps give the same weights on any machine, only later on a slower or busier one.
 DEFAULT_STEPS = 400
 IGNORE = -100
-RECIPE_VERSION = 2  # bump when the training recipe changes: old cache entries stop matching
+RECIPE_VERSION = 3  # bump when the training recipe changes: old cache entries stop matching
 
 Progress = Callable[[dict[str, Any]], None]
 
@@ -188,9 +190,11 @@ def _length_bucketed(
     task: Task, batch_size: int, max_context: int, rng: np.random.Generator, pool: int = 8
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Endless padded batches; each pool of fresh examples is sorted by length and split, and
-    its batches come in random order."""
+    its batches come in random order. Prompts come from the task's ``sft_prompts`` when it
+    has one (see ``Task``)."""
+    draw = getattr(task, "sft_prompts", task.sample_prompts)
     while True:
-        prompts = task.sample_prompts(batch_size * pool, rng)
+        prompts = draw(batch_size * pool, rng)
         examples = [(p.token_ids, task.sft_example(p, rng)) for p in prompts]
         examples.sort(key=lambda e: len(e[0]) + len(e[1]))
         for i in rng.permutation(pool):

@@ -7,7 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.tasks import Countdown, TaskPrompt, count_walks, describe_lengths, get_task
+from pipeline.tasks import (
+    Countdown,
+    CountdownConfig,
+    TaskPrompt,
+    count_walks,
+    describe_lengths,
+    get_task,
+)
 from pipeline.tasks.countdown import BOS, EOS, SEP, VOCAB_SIZE
 
 TASK = Countdown()
@@ -75,6 +82,34 @@ def test_sft_examples_are_valid(seed: int) -> None:
         assert prompt.meta["n"] not in forbidden and 0 not in forbidden
         assert not any(f + 1 in forbidden and f + 2 in forbidden for f in forbidden)
         assert TASK.reward(prompt, TASK.sft_example(prompt, rng)) == 1.0
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_warm_start_prompts_are_valid_and_reach_large_denser_forbidden_numbers(seed: int) -> None:
+    sft = TASK.sft_prompts(200, np.random.default_rng(seed))
+    rl = TASK.sample_prompts(200, np.random.default_rng(seed))
+    for prompt in sft:  # the same rules as the RL prompts: valid and solvable
+        forbidden = prompt.meta["forbidden"]
+        assert not any(f + 1 in forbidden and f + 2 in forbidden for f in forbidden)
+        assert len(forbidden) <= min(TASK.config.sft_max_forbidden, (prompt.meta["n"] - 1) // 3)
+        assert TASK.reward(prompt, TASK.sft_example(prompt, np.random.default_rng(seed))) == 1.0
+    # N uniform (mean about 130) against log-uniform (about 60); 4-30 forbidden against 2-6
+    assert np.mean([p.meta["n"] for p in sft]) > 1.5 * np.mean([p.meta["n"] for p in rl])
+    assert np.mean([len(p.meta["forbidden"]) for p in sft]) > 2 * np.mean(
+        [len(p.meta["forbidden"]) for p in rl]
+    )
+
+
+def test_the_sft_prompt_distribution_is_configurable_and_checked() -> None:
+    config = CountdownConfig(sft_uniform_n=False, sft_min_forbidden=2, sft_max_forbidden=6)
+    plain = Countdown(config)
+    assert plain.sft_prompts(20, np.random.default_rng(5)) == plain.sample_prompts(
+        20, np.random.default_rng(5)
+    )
+    assert plain.fingerprint != TASK.fingerprint  # a different warm start, cached apart
+    with pytest.raises(ValueError, match="sft_min_forbidden"):
+        CountdownConfig(sft_min_forbidden=5, sft_max_forbidden=4)
 
 
 def test_siblings_differ() -> None:
