@@ -69,6 +69,12 @@ class SamplingTransform:
     def is_identity(self) -> bool:
         return self.temperature in (0.0, 1.0) and self.top_k == 0 and self.top_p >= 1.0
 
+    def logprobs(self, logits: Tensor, targets: Tensor) -> Tensor:
+        """logits (B, T, V), targets (B, T) -> log p(target) (B, T) under this transform,
+        as the generator's sampler records it (a filtered-out target gives -inf)."""
+        t = transformed_logits(logits, self.temperature, self.top_k, self.top_p)
+        return token_logprobs(t, targets)
+
 
 class OffPolicyError(ValueError):
     """A sample (or the trainer) is not on the weight version the step was asked to train."""
@@ -191,13 +197,22 @@ class GRPOTrainer:
         num_tokens = float(batch.mask[rows].sum())
         if num_tokens == 0:
             return dict.fromkeys(_STEP_STATS, 0.0)
-        lengths = batch.mask[rows].sum(dim=-1)  # (K,)
-        num_seqs = float((lengths > 0).sum())
+        num_seqs = float((batch.mask[rows].sum(dim=-1) > 0).sum())
+        self.optimizer.zero_grad(set_to_none=True)
+        totals = self._accumulate(batch, rows, num_tokens, num_seqs)
+        return totals | {"grad_norm": self._clip_and_step()}
+
+    def _accumulate(
+        self, batch: TrainBatch, rows: Tensor, num_tokens: float, num_seqs: float
+    ) -> dict[str, float]:
+        """Backward ``rows`` micro-batch by micro-batch (similar lengths together), each
+        weighted by its share of ``num_tokens`` (or ``num_seqs`` with sequence-level
+        normalisation), so the gradients sum to the loss over all of them; the totals may
+        count other ranks' rows too. Token-weighted stats of these rows."""
+        totals = dict.fromkeys(_STEP_STATS, 0.0)
         positions = torch.arange(1, batch.mask.shape[1] + 1, dtype=batch.mask.dtype)  # (T,)
         ends = (batch.mask[rows] * positions).amax(dim=-1)  # (K,) one past the last target
         rows = rows[torch.argsort(ends, stable=True)]  # similar lengths share a micro-batch
-        totals = dict.fromkeys(_STEP_STATS, 0.0)
-        self.optimizer.zero_grad(set_to_none=True)
         for micro_rows in _chunks(rows, self.micro_batch_size):
             micro = batch.select(micro_rows)
             loss, stats = self._micro_loss(micro)
@@ -210,6 +225,11 @@ class GRPOTrainer:
             for key in ("clip_fraction", "approx_kl", "kl_ref", "mean_ratio"):
                 totals[key] += stats[key] * share
             totals["loss"] += stats["loss"] * weight
+        return totals
+
+    def _clip_and_step(self) -> float:
+        """Clip the accumulated gradient, step AdamW, clear; the norm before clipping. A
+        non-finite norm raises ``FloatingPointError`` with nothing applied."""
         params = [p for p in self.model.parameters() if p.grad is not None]
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm))
         if not math.isfinite(grad_norm):
@@ -217,19 +237,15 @@ class GRPOTrainer:
             raise FloatingPointError(f"non-finite gradient norm {grad_norm}: step not applied")
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return totals | {"grad_norm": grad_norm}
+        return grad_norm
 
     def _micro_loss(self, micro: TrainBatch) -> tuple[Tensor, dict[str, float]]:
-        t = self.sampling
-        logits = transformed_logits(self.model(micro.input_ids), t.temperature, t.top_k, t.top_p)
-        new_logprobs = token_logprobs(logits, micro.targets)  # (b, t)
+        new_logprobs = self.sampling.logprobs(self.model(micro.input_ids), micro.targets)
         ref_logprobs = None
         if self.ref_model is not None:
             with torch.no_grad():
-                ref = transformed_logits(
-                    self.ref_model(micro.input_ids), t.temperature, t.top_k, t.top_p
-                )
-                ref_logprobs = token_logprobs(ref, micro.targets)
+                ref_logits = self.ref_model(micro.input_ids)
+                ref_logprobs = self.sampling.logprobs(ref_logits, micro.targets)
         return grpo_loss(
             new_logprobs,
             micro.old_logprobs,

@@ -32,7 +32,6 @@ import time
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from actors.trainer.batch import TrainBatch, TrainSample, make_batch
@@ -41,38 +40,8 @@ from actors.trainer.core import (
     GRPOTrainer,
     OffPolicyError,
     SamplingTransform,
-    _chunks,
 )
-from actors.trainer.grpo import token_logprobs
 from actors.trainer.ranks import all_reduce_min, all_reduce_sum
-
-
-def transformed_logprobs(logits: Tensor, targets: Tensor, transform: SamplingTransform) -> Tensor:
-    """logits (B, T, V), targets (B, T) -> log p(target) (B, T) under ``transform``.
-
-    Temperature 0 (greedy) uses the model's own distribution, as the generator's sampler does.
-    """
-    if transform.is_identity:
-        return token_logprobs(logits, targets)
-    scaled = logits.float() / max(transform.temperature, 1e-5)  # (B, T, V)
-    if transform.top_k or transform.top_p < 1:
-        scaled = _filter(scaled, transform.top_k, transform.top_p)
-    logp = F.log_softmax(scaled, dim=-1)
-    picked = logp.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)
-    return torch.clamp(picked, min=-1e4)  # a filtered-out target (padding) stays finite
-
-
-def _filter(scaled: Tensor, top_k: int, top_p: float) -> Tensor:
-    ordered, order = scaled.sort(dim=-1, descending=True)  # (B, T, V)
-    vocab = scaled.shape[-1]
-    ranks = torch.arange(vocab)
-    if top_k:
-        ordered = ordered.masked_fill(ranks >= top_k, float("-inf"))
-    if top_p < 1:
-        probs = torch.softmax(ordered, dim=-1)
-        before = probs.cumsum(dim=-1) - probs
-        ordered = ordered.masked_fill(before >= top_p, float("-inf"))
-    return torch.empty_like(scaled).scatter(-1, order, ordered)
 
 
 class RankedGRPOTrainer(GRPOTrainer):
@@ -181,34 +150,14 @@ class RankedGRPOTrainer(GRPOTrainer):
         num_tokens, num_seqs = all_reduce_sum(local).tolist()
         if num_tokens == 0:
             return dict.fromkeys(_STEP_STATS, 0.0)
-        totals = torch.zeros(len(_STEP_STATS), dtype=torch.float64)
         self.optimizer.zero_grad(set_to_none=True)
+        local_totals = dict.fromkeys(_STEP_STATS, 0.0)
         if batch is not None and len(rows):
-            positions = torch.arange(1, batch.mask.shape[1] + 1, dtype=batch.mask.dtype)
-            ends = (batch.mask[rows] * positions).amax(dim=-1)  # (K,)
-            rows = rows[torch.argsort(ends, stable=True)]
-            for micro_rows in _chunks(rows, self.micro_batch_size):
-                micro = batch.select(micro_rows)
-                loss, stats = self._micro_loss(micro)
-                if self.length_norm == "token":
-                    weight = micro.num_tokens / num_tokens
-                else:
-                    weight = float((micro.mask.sum(-1) > 0).sum()) / num_seqs
-                torch.autograd.backward(loss * weight)
-                share = micro.num_tokens / num_tokens
-                for i, key in enumerate(_STEP_STATS):
-                    if key in ("clip_fraction", "approx_kl", "kl_ref", "mean_ratio"):
-                        totals[i] += stats[key] * share
-                totals[0] += stats["loss"] * weight
+            local_totals = self._accumulate(batch, rows, num_tokens, num_seqs)
+        totals = torch.tensor([local_totals[k] for k in _STEP_STATS], dtype=torch.float64)
         all_reduce_sum(totals)
-        self._all_reduce_grads()
-        params = list(self.model.parameters())
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm))
-        if not math.isfinite(grad_norm):
-            self.optimizer.zero_grad(set_to_none=True)
-            raise FloatingPointError(f"non-finite gradient norm {grad_norm}: step not applied")
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self._all_reduce_grads()  # every parameter gets a (summed) gradient
+        grad_norm = self._clip_and_step()
         out = dict(zip(_STEP_STATS, totals.tolist(), strict=True))
         return out | {"grad_norm": grad_norm}
 

@@ -26,8 +26,6 @@ def model() -> LlamaModel:
 
 def samples(transform: SamplingTransform | None = None) -> list[TrainSample]:
     """Groups of varied lengths and rewards; old logprobs near the model's own (ratios != 1)."""
-    from actors.trainer.parallel import transformed_logprobs
-
     transform = transform or SamplingTransform()
     g = torch.Generator().manual_seed(11)
     out = []
@@ -47,7 +45,7 @@ def samples(transform: SamplingTransform | None = None) -> list[TrainSample]:
                 lp = (
                     token_logprobs(logits, batch.targets)
                     if transform.is_identity
-                    else transformed_logprobs(logits, batch.targets, transform)
+                    else transform.logprobs(logits, batch.targets)
                 )[0][batch.mask[0] > 0]
             noise = 0.3 * torch.randn(n, generator=g)
             out.append(

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from actors.trainer import OffPolicyError
-from actors.trainer.parallel import SamplingTransform, transformed_logprobs
+from actors.trainer.core import SamplingTransform
 from actors.trainer.ranks import RankEnv, RankError
 from tests.actors import ranks_worker as w
 
@@ -98,7 +98,7 @@ def test_transformed_logprobs_match_the_generator_sampler(
         probs = torch.softmax(flat, -1)
     targets = probs.argmax(-1).reshape(2, 5)  # a token the filter keeps
     expected = probs.gather(-1, targets.reshape(10, 1)).log().reshape(2, 5)
-    got = transformed_logprobs(logits, targets, SamplingTransform(temperature, top_k, top_p))
+    got = SamplingTransform(temperature, top_k, top_p).logprobs(logits, targets)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
