@@ -6,23 +6,30 @@ raw frame that aliases the tensor's memory (sent with `copy=False`, so no copy o
 Decoding is strict and executes nothing from the wire: a wrong version, unknown tag, field
 of the wrong type, dangling or unused tensor frame, or a frame over `CodecLimits` raises
 `ProtocolError` naming the problem.
+
+Torch is imported only when needed: a value can be a torch tensor only once torch is in
+`sys.modules`, and decoding a torch tensor imports it (actors that carry no tensors never do).
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgpack
 import numpy as np
-import torch
 import zmq
 
 from transport.errors import ProtocolError
 from transport.messages import PROTOCOL_VERSION, REGISTRY, Message, Struct
 from transport.schema import compile_record, field_names
+
+if TYPE_CHECKING:
+    import torch
 
 TENSOR_EXT: Final = 1
 Frame = bytes | bytearray | memoryview | zmq.Frame
@@ -41,19 +48,39 @@ _NUMPY_DTYPES: Final = {
         "bool",
     )
 }
-_TORCH_DTYPES: Final = {
-    "float64": torch.float64,
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "int64": torch.int64,
-    "int32": torch.int32,
-    "int16": torch.int16,
-    "int8": torch.int8,
-    "uint8": torch.uint8,
-    "bool": torch.bool,
-}
-_TORCH_NAMES: Final = {dtype: name for name, dtype in _TORCH_DTYPES.items()}
+_TORCH_DTYPE_NAMES: Final = frozenset(
+    (
+        "float64",
+        "float32",
+        "float16",
+        "bfloat16",
+        "int64",
+        "int32",
+        "int16",
+        "int8",
+        "uint8",
+        "bool",
+    )
+)
+
+
+@functools.cache
+def _import_torch() -> Any:
+    """The torch module, imported on first use (decoding a torch tensor)."""
+    import torch
+
+    return torch
+
+
+@functools.cache
+def _torch_dtypes() -> dict[str, torch.dtype]:
+    torch = _import_torch()
+    return {name: getattr(torch, name) for name in _TORCH_DTYPE_NAMES}
+
+
+@functools.cache
+def _torch_names() -> dict[torch.dtype, str]:
+    return {dtype: name for name, dtype in _torch_dtypes().items()}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,7 +133,8 @@ class _Encoder:
     def default(self, obj: Any) -> Any:
         if isinstance(obj, np.ndarray):
             return self._array(obj)
-        if isinstance(obj, torch.Tensor):
+        torch = sys.modules.get("torch")  # without torch imported, nothing is a tensor
+        if torch is not None and isinstance(obj, torch.Tensor):
             return self._tensor(obj)
         if isinstance(obj, Struct):
             names = _STRUCT_FIELDS.get(type(obj))
@@ -126,7 +154,7 @@ class _Encoder:
         return self._frame(flat.view(np.uint8), "np", name, shape)
 
     def _tensor(self, t: torch.Tensor) -> msgpack.ExtType:
-        name = _TORCH_NAMES.get(t.dtype)
+        name = _torch_names().get(t.dtype)
         if name is None:
             raise TypeError(f"torch dtype {t.dtype} is not supported on the wire")
         t = t.detach()
@@ -135,7 +163,7 @@ class _Encoder:
         t = t.contiguous()
         if t.numel() == 0:  # empty tensors may carry zero strides that forbid a byte view
             return self._frame(b"", "pt", name, tuple(t.shape))
-        raw = t.reshape(-1).view(torch.uint8).numpy()
+        raw = t.reshape(-1).view(_import_torch().uint8).numpy()
         return self._frame(raw, "pt", name, tuple(t.shape))
 
     def _frame(self, raw: Any, lib: str, dtype: str, shape: tuple[int, ...]) -> msgpack.ExtType:
@@ -177,8 +205,8 @@ class _Decoder:
             raise ProtocolError(f"tensor {index}: bad shape {shape!r}")
         if lib == "np" and dtype in _NUMPY_DTYPES:
             return self._numpy(buf, _NUMPY_DTYPES[dtype], shape, index)
-        if lib == "pt" and dtype in _TORCH_DTYPES:
-            return self._torch(buf, _TORCH_DTYPES[dtype], shape, index)
+        if lib == "pt" and dtype in _TORCH_DTYPE_NAMES:
+            return self._torch(buf, _torch_dtypes()[dtype], shape, index)
         raise ProtocolError(f"tensor {index}: unsupported {lib!r} dtype {dtype!r}")
 
     def _take(self, index: Any) -> memoryview:
@@ -203,6 +231,7 @@ class _Decoder:
 
     def _torch(self, buf: memoryview, dtype: torch.dtype, shape: tuple[int, ...], i: int) -> Any:
         self._check_size(buf, dtype.itemsize, shape, i)
+        torch = _import_torch()
         if buf.nbytes == 0:
             return torch.empty(shape, dtype=dtype)
         if buf.readonly:

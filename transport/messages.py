@@ -10,12 +10,15 @@ envelope carries `PROTOCOL_VERSION`.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeAlias, TypeVar
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 PROTOCOL_VERSION: Final = 1
 
@@ -23,8 +26,25 @@ PROMPT_TAIL_TOKENS: Final = 16
 """How many of a prompt's last tokens `GroupInfo.prompt_tail` carries: the draft store and
 every generator's replicas put them before each sibling's response, so they must agree."""
 
-Array: TypeAlias = np.ndarray[Any, Any] | torch.Tensor
-"""A numpy array or CPU torch tensor; travels as a msgpack header plus one raw frame."""
+
+class _TorchTensorType(type):
+    def __instancecheck__(cls, obj: object) -> bool:
+        torch = sys.modules.get("torch")  # no tensor exists before torch is imported
+        return torch is not None and isinstance(obj, torch.Tensor)
+
+
+class TorchTensor(metaclass=_TorchTensorType):
+    """Stands for `torch.Tensor` in `Array` at run time, so that importing the transport
+    does not import torch (seconds per process; the actors that need no tensors never do).
+    `isinstance(x, TorchTensor)` is true for torch tensors; never instantiated."""
+
+
+if TYPE_CHECKING:
+    Array: TypeAlias = np.ndarray[Any, Any] | torch.Tensor
+else:
+    Array = np.ndarray[Any, Any] | TorchTensor
+"""A numpy array or CPU torch tensor; travels as a msgpack header plus one raw frame.
+(For type checkers `torch.Tensor`; at run time the `TorchTensor` marker, see above.)"""
 
 
 class Message:

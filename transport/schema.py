@@ -4,11 +4,14 @@
 msgpack map and returns the message, or raises `ProtocolError` naming the first problem
 (missing, unexpected or mistyped field). Supported annotations: int, float (ints widen),
 str, bytes, bool, None, `X | None`, `tuple[X, ...]`, `dict[str, X]`, `Literal[...]`,
-`Struct` subclasses and `Array`. Anything else fails at import time, not on the wire.
+`Struct` subclasses and `Array` (numpy arrays, `torch.Tensor`). Anything else fails at import
+time, not on the wire. Torch is never imported here: an annotation or a value can only be a
+torch tensor once some other module has imported torch.
 """
 
 from __future__ import annotations
 
+import sys
 import types
 import typing
 from collections.abc import Callable
@@ -16,10 +19,9 @@ from dataclasses import MISSING, fields
 from typing import Any
 
 import numpy as np
-import torch
 
 from transport.errors import ProtocolError
-from transport.messages import Struct
+from transport.messages import Struct, TorchTensor
 
 Check = Callable[[Any, str], Any]
 Build = Callable[[Any], Any]
@@ -53,9 +55,17 @@ def _check_none(v: Any, where: str) -> Any:
 
 
 def _check_array(v: Any, where: str) -> Any:
-    if not isinstance(v, np.ndarray | torch.Tensor):
+    if not isinstance(v, np.ndarray | TorchTensor):
         _fail(where, "tensor", v)
     return v
+
+
+def _is_tensor_type(tp: Any) -> bool:
+    """`tp` is `torch.Tensor` (or `Array`'s run-time stand-in for it)."""
+    if tp is TorchTensor:
+        return True
+    torch = sys.modules.get("torch")  # an annotation naming torch.Tensor imported torch
+    return torch is not None and tp is torch.Tensor
 
 
 def _tuple_of(item: Check) -> Check:
@@ -143,11 +153,12 @@ def compile_type(tp: Any, owner: str) -> Check:
     if tp in _SCALARS:
         return _SCALARS[tp]
     origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp is np.ndarray or origin is np.ndarray or tp is torch.Tensor:
+    if tp is np.ndarray or origin is np.ndarray or _is_tensor_type(tp):
         return _check_array
     if origin in (types.UnionType, typing.Union):
-        if set(args) <= {np.ndarray, torch.Tensor} or all(
-            a is torch.Tensor or typing.get_origin(a) is np.ndarray for a in args
+        if all(
+            a is np.ndarray or typing.get_origin(a) is np.ndarray or _is_tensor_type(a)
+            for a in args
         ):
             return _check_array
         return _union([compile_type(a, owner) for a in args], " | ".join(map(str, args)))

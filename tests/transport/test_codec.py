@@ -24,6 +24,7 @@ from transport.messages import (
     Ping,
     Struct,
     TensorBlob,
+    TorchTensor,
     register_extension,
 )
 
@@ -72,7 +73,7 @@ def strategy_for(tp: Any) -> st.SearchStrategy[Any]:
     if tp in simple:
         return simple[tp]
     if origin in (types.UnionType, typing.Union):
-        if any(a is torch.Tensor for a in args):
+        if any(a is torch.Tensor or a is TorchTensor for a in args):
             return _arrays()
         return st.one_of(*(strategy_for(a) for a in args))
     if origin is tuple:
