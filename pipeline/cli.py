@@ -86,6 +86,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         console.print(
             f"held-out reward (fixed prompts and seeds): {last['eval_reward_before']:.3f}"
             f" before training -> {last['eval_reward']:.3f} after {len(rows)} iterations"
+            + (
+                f" (success {last['eval_success_before']:.3f} -> {last['eval_success']:.3f})"
+                if last.get("eval_success") != last["eval_reward"]
+                else ""
+            )
         )
     console.print(f"wrote {folder}/metrics.jsonl, reward.png, rollout-timeline.png")
     return 0

@@ -50,7 +50,7 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
             rollout.weight_version, first = report.version, report.iteration + 1
         curriculum = make_curriculum(cfg, task, Path(cfg.resume) if cfg.resume else None)
         held_out = task.sample_prompts(cfg.eval_prompts, np.random.default_rng([cfg.seed, 10**9]))
-        eval_before = None
+        eval_before = None  # (mean reward, success rate)
         if cfg.eval_prompts:
             eval_before = await evaluate_held_out(rollout, task, held_out, cfg)
         for it in range(first, cfg.iterations):
@@ -111,9 +111,10 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
             if cfg.eval_prompts and (
                 it + 1 == cfg.iterations or (cfg.eval_every and (it + 1) % cfg.eval_every == 0)
             ):
-                row["eval_reward"] = await evaluate_held_out(rollout, task, held_out, cfg)
+                reward, success = await evaluate_held_out(rollout, task, held_out, cfg)
+                row["eval_reward"], row["eval_success"] = reward, success
                 if eval_before is not None:
-                    row["eval_reward_before"] = eval_before
+                    row["eval_reward_before"], row["eval_success_before"] = eval_before
             if selector is not None:  # Earl: the layout of the next rollout
                 row["layout"] = current_layout(cfg).name
                 selector.observe([len(p.token_ids) + n for p, n in context_parts(prompts, result)])
@@ -170,16 +171,18 @@ def draw_prompts(
 
 async def evaluate_held_out(
     rollout: Rollout, task: Task, prompts: list[TaskPrompt], cfg: RunConfig
-) -> float:
-    """Mean reward on fixed held-out prompts with fixed sampling seeds: the learning curve
-    without the noise of each iteration's fresh prompts."""
+) -> tuple[float, float]:
+    """Mean reward and success rate (reward 1) on fixed held-out prompts with fixed sampling
+    seeds: the learning curve without the noise of each iteration's fresh prompts (with
+    partial credit the two differ)."""
     specs = [
         PromptSpec(prompt_id=pid, token_ids=p.token_ids)
         for pid, p in zip(unique_ids(prompts), prompts, strict=True)
     ]
     spec = dataclasses.replace(sampling(cfg, 0, task), seed=cfg.seed + 7)
     groups = await rollout.generate(specs, cfg.eval_samples, spec, policy=cfg.policy)
-    return float(np.mean(score(task, prompts, groups)[1]))
+    rewards = np.asarray(score(task, prompts, groups)[1])
+    return float(rewards.mean()), float((rewards >= 1.0).mean())
 
 
 def unique_ids(prompts: list[TaskPrompt]) -> list[str]:

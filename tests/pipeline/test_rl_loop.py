@@ -57,6 +57,11 @@ async def test_one_full_iteration_over_real_processes(tmp_path: Path) -> None:
     ):
         assert key in row
     assert (tmp_path / "run" / "last-rollout" / "timeline.png").exists()
+    # the last iteration scores the held-out prompts: mean reward and success rate (reward 1),
+    # before training and now; rewards lie in [0, 1], so success can never exceed the mean
+    for when in ("", "_before"):
+        reward, success = row[f"eval_reward{when}"], row[f"eval_success{when}"]
+        assert 0.0 <= success <= reward <= 1.0
 
 
 @pytest.mark.slow

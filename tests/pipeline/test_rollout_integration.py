@@ -166,8 +166,10 @@ async def test_a_generator_that_dies_mid_rollout_loses_no_sample(tmp_path: Path)
     for prompt, group in zip(prompts, result.groups, strict=True):
         reference = _reference(prompt.token_ids, 150)
         assert [s.token_ids for s in group.samples] == [reference] * 4
+    # noticed during the rollout (the scheduler only watches generators while one runs), so
+    # it died mid-rollout holding work; whether any of its finished chunks reached the record
+    # first is a race (it counts a chunk before sending it), so that is not asserted
     assert isinstance(stats, ActorStats) and stats.counters["generators_lost"] == 1
-    assert any(c.instance == 1 for c in result.record.chunks)  # it had work when killed
 
 
 async def test_generators_that_stop_answering_fail_the_rollout_then_come_back(
