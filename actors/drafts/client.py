@@ -152,8 +152,12 @@ class DraftClient:
         chunk_seq: int,
         prompt_ids: Sequence[int],
         generated_ids: Sequence[int],
-    ) -> None:
+    ) -> bool:
+        """Start drafting for a chunk of `request_id`; True when its group is new here (no
+        replica yet: worth a pull from the store at once, which may hold its siblings'
+        tokens or, with `keep_history`, the same prompt's responses of the last rollout)."""
         gid = request_id if self.mode == "self" or not group_id else group_id
+        is_new = gid not in self.replicas
         replica = self._replica(gid, prompt_ids[-PROMPT_TAIL_TOKENS:])
         seq = replica.seqs.get(request_id)
         replica.set_tokens(request_id, generated_ids, seq.epoch if seq else 0)
@@ -164,6 +168,7 @@ class DraftClient:
         self.running[request_id] = _Running(gid, chunk_seq, matcher, n, n)
         self._group_of[request_id] = gid
         self._members.setdefault(gid, set()).add(request_id)
+        return is_new and self.mode == "group"
 
     def extend(self, request_id: str, tokens: Sequence[int]) -> None:
         """New tokens of a request running here. They reach the tree and the matcher

@@ -215,7 +215,7 @@ class GeneratorActor(Actor):
                 continue
             self.active[msg.request_id] = msg
             if self.spec is not None:
-                self.spec.start(
+                is_new_group = self.spec.start(
                     msg.request_id,
                     msg.group_id,
                     msg.chunk_seq,
@@ -223,6 +223,8 @@ class GeneratorActor(Actor):
                     msg.generated_ids,
                     msg.is_probe,
                 )
+                if is_new_group and self.sync is not None:
+                    self.sync.wake()  # pull its tree now, not at the next (slow) sync
             try:
                 engine.add(chunk_request(msg))
             except EngineError as exc:

@@ -36,6 +36,7 @@ class DraftSync:
         self.is_store_ok = True
         self.num_store_failures = 0
         self.num_dropped_appends = 0
+        self._wake = anyio.Event()
 
     async def run(self) -> None:
         """Push and pull forever (cancelled with the actor); never blocks decoding."""
@@ -46,10 +47,19 @@ class DraftSync:
             # only every 4th time (decoding siblings' tokens nobody drafts from takes CPU
             # from the engine; the pull still checks the store is alive, and the first
             # pull once drafting resumes catches up)
+            # A group new to this generator wakes the loop at once (`wake`): its first
+            # pull may bring siblings' tokens or the last rollout's history to draft from,
+            # which at the slow pace would arrive after a short request had finished.
             active = self.spec.is_drafting and self.is_store_ok
-            await anyio.sleep(cfg.sync_interval_s * (1 if active else 10))
-            pull = self.spec.is_drafting or not self.is_store_ok or cycle % 4 == 0
+            with anyio.move_on_after(cfg.sync_interval_s * (1 if active else 10)):
+                await self._wake.wait()
+            woken, self._wake = self._wake.is_set(), anyio.Event()
+            pull = woken or self.spec.is_drafting or not self.is_store_ok or cycle % 4 == 0
             await self.sync_once(pull)
+
+    def wake(self) -> None:
+        """A new group started here: push and pull now (called on the actor's event loop)."""
+        self._wake.set()
 
     async def sync_once(self, pull: bool) -> None:
         cfg = self.spec.config

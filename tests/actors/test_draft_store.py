@@ -136,6 +136,18 @@ def test_replica_replays_a_replaced_sequence() -> None:
     assert client.replicas["g"].tree.count([2]) == 0
 
 
+def test_start_says_when_a_group_is_new_here() -> None:
+    """The generator pulls a new group's tree at once (its siblings elsewhere or the last
+    rollout's history may already be in the store); later chunks of it do not ask."""
+    client = DraftClient("group", max_depth=8, max_match=4)
+    assert client.start("a", "g", 0, list(TAIL), []) is True
+    assert client.start("b", "g", 0, list(TAIL), []) is False  # a sibling: replica exists
+    assert client.start("a", "g", 1, list(TAIL), [1]) is False  # its next chunk
+    assert client.start("c", "h", 0, list(TAIL), []) is True
+    own = DraftClient("self", max_depth=8, max_match=4)  # no store to pull from
+    assert own.start("a", "g", 0, list(TAIL), []) is False
+
+
 def test_own_tokens_reach_the_replica_before_drafting_and_the_store_as_one_append() -> None:
     client = DraftClient("group", max_depth=8, max_match=4)
     client.start("a", "g", 3, list(TAIL), [1])

@@ -74,15 +74,11 @@ async def test_speculation_never_changes_a_sample(tmp_path: Path, temperature: f
             assert metrics["num_accepted_tokens"] > 0, name
             assert metrics["mean_accept_len"] > (1.0 if name == "group" else 1.2), name
     # at T=1 the history drafts land (self mode has no store, the adaptive budget may not
-    # draft at all: only the fixed group budget is bound to use them)
+    # draft at all: only the fixed group budget is bound to use them). A generator pulls a
+    # new group's tree at once (`DraftSync.wake`): at the slow sync pace the history used
+    # to arrive after part of the round (acceptance 1.17, or none at all, in 2 of 3 suites)
     if temperature > 0:
-        group_fixed = results["group_fixed"][1]
-        if group_fixed["num_accepted_tokens"] == 0:  # samples were checked equal above
-            pytest.xfail(
-                "known defect, open: in 1 of 2 full suites the second round's history drafts "
-                "were not accepted at all at T=1 (timing of the store's history, uninvestigated)"
-            )
-        assert group_fixed["mean_accept_len"] > 1.2
+        assert results["group_fixed"][1]["mean_accept_len"] > 1.2
 
 
 async def test_a_dead_draft_store_costs_drafts_not_samples(tmp_path: Path) -> None:
