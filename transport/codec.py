@@ -34,34 +34,20 @@ if TYPE_CHECKING:
 TENSOR_EXT: Final = 1
 Frame = bytes | bytearray | memoryview | zmq.Frame
 
-_NUMPY_DTYPES: Final = {
-    name: np.dtype(name)
-    for name in (
-        "float64",
-        "float32",
-        "float16",
-        "int64",
-        "int32",
-        "int16",
-        "int8",
-        "uint8",
-        "bool",
-    )
-}
-_TORCH_DTYPE_NAMES: Final = frozenset(
-    (
-        "float64",
-        "float32",
-        "float16",
-        "bfloat16",
-        "int64",
-        "int32",
-        "int16",
-        "int8",
-        "uint8",
-        "bool",
-    )
+_WIRE_DTYPES: Final = (
+    "float64",
+    "float32",
+    "float16",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint8",
+    "bool",
 )
+"""numpy and torch alike; torch adds bfloat16, which numpy has no type for."""
+_NUMPY_DTYPES: Final = {name: np.dtype(name) for name in _WIRE_DTYPES}
+_TORCH_DTYPE_NAMES: Final = frozenset((*_WIRE_DTYPES, "bfloat16"))
 
 
 @functools.cache
