@@ -1,7 +1,8 @@
 """Supervised warm start, cached on disk, and a sampling evaluation with the built-in engine.
 
 ``warm_start(task, model_config, cache_dir=...)`` trains a fresh ``LlamaModel`` for ``steps``
-optimiser steps of ``batch_size`` freshly sampled ``task.sft_example`` completions and saves it
+optimiser steps of ``batch_size`` freshly sampled ``task.sft_example`` completions (of the
+task's ``sft_prompts`` when it has them, else of ``sample_prompts``) and saves it
 with ``save_model`` under ``cache_dir/<task>-<key>.safetensors``, where ``key`` hashes exactly
 what determines the weights: the recipe version, the task's ``fingerprint`` (its name when it
 has none), the model config, seed, steps, batch size and learning rate. When that file exists
