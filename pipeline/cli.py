@@ -54,6 +54,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             ("resume", args.resume),
             ("warm_start_steps", args.warm_start_steps),
             ("trainer_ranks", args.trainer_ranks),
+            ("dispatch", args.dispatch),
         )
         if v is not None
     }
@@ -265,6 +266,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", help="a checkpoint folder of an earlier run")
     run.add_argument(
         "--trainer-ranks", type=int, help="data-parallel trainer ranks (torch.distributed)"
+    )
+    run.add_argument(
+        "--dispatch",
+        choices=("direct", "driver"),
+        help="with --trainer-ranks > 1: direct (default; the scheduler scores each sample and "
+        "sends it to its rank as it finishes) or driver (gather, score, then send: comparison)",
     )
     run.add_argument("--out", help="run folder (default: runs/run-<time>)")
     run.add_argument("--backend", choices=("builtin", "sglang"), help="the generators' engine")

@@ -1,12 +1,17 @@
-"""The RL loop's step across trainer ranks: the dispatcher feeds each rank its shard.
+"""The RL loop's step across trainer ranks: each rank gets its shard, then all train.
 
 With `RunConfig.trainer_ranks` > 1 the trainer is R processes (one torch.distributed rank
-each). After scoring, every sample goes straight from the driver to the rank that trains it
-(`Dispatcher`: token-balanced, group advantages sent when a group completes, samples that
-ended in `error` dropped on every rank and counted); then every rank learns its layout and
-the ranks take one data-parallel step; rank 0 publishes the weights. Rewards are computed
-by the driver (the task's verifier lives here), so in `seer run` the samples leave from the
-driver once scored; `seer bench dispatch` measures streaming from where samples finish.
+each) and samples reach them by one of two paths (`RunConfig.dispatch`):
+
+- **direct** (default, Earl): the scheduler scores each sample where it finishes and sends it
+  straight to its rank (`actors/scheduler/stream.py`: token-balanced, group advantages when a
+  group completes, samples that ended in `error` dropped and counted); the driver announces
+  the rollout (`stream_spec`) and gets back only rewards, lengths and the layout
+  (`StreamSummary`), then `train_streamed` gives every rank its layout and they train.
+- **driver** (the comparison): the driver gathers the whole rollout, scores it, and sends
+  every sample from here to its rank (`train_across_ranks`, the same `Dispatcher`).
+
+Either way the ranks take one data-parallel step and rank 0 publishes the weights.
 """
 
 from __future__ import annotations
@@ -15,11 +20,20 @@ from collections.abc import Sequence
 
 from actors.trainer.batch import TrainSample
 from actors.trainer.dispatch import DispatchError, sample_data
-from actors.trainer.dispatcher import Dispatcher
+from actors.trainer.dispatcher import Dispatcher, train_layouts
 from pipeline.rollout import Rollout
 from pipeline.rollout.api import Group
 from pipeline.tasks import Task, TaskPrompt
-from transport.messages import LoadCheckpoint, Message, SamplingSpec, TrainReport
+from pipeline.tasks.scoring import prompt_meta
+from transport.messages import (
+    LoadCheckpoint,
+    Message,
+    SamplingSpec,
+    ShardLayout,
+    StreamSummary,
+    StreamToRanks,
+    TrainReport,
+)
 
 
 async def train_across_ranks(
@@ -32,8 +46,8 @@ async def train_across_ranks(
     prompts: Sequence[TaskPrompt],
     groups: Sequence[Group],
     sampling: SamplingSpec,
-) -> TrainReport:
-    """Dispatch one iteration's scored samples to the ranks and train; rank 0's report."""
+) -> list[TrainReport]:
+    """Dispatch one iteration's scored samples to the ranks and train; every rank's report."""
     cluster = rollout.cluster
     if cluster is None:
         raise RuntimeError("use `async with Rollout(...)` first")
@@ -62,7 +76,64 @@ async def train_across_ranks(
     versions = {r.version for r in reports}
     if len(versions) != 1:
         raise DispatchError(f"trainer ranks disagree on the version after the step: {versions}")
-    return reports[0]
+    return reports
+
+
+def stream_spec(
+    task: Task,
+    prompt_ids: Sequence[str],
+    prompts: Sequence[TaskPrompt],
+    *,
+    iteration: int,
+    num_ranks: int,
+    group_size: int,
+    expected_version: int,
+) -> StreamToRanks:
+    """The announcement of a rollout streamed to the ranks (the rollout id is filled in by
+    `Rollout.generate_with_record`)."""
+    return StreamToRanks(
+        rollout_id="",
+        iteration=iteration,
+        num_ranks=num_ranks,
+        group_size=group_size,
+        expected_version=expected_version,
+        task=task.name,
+        prompts=tuple(prompt_meta(pid, p) for pid, p in zip(prompt_ids, prompts, strict=True)),
+    )
+
+
+async def train_streamed(
+    rollout: Rollout,
+    summary: StreamSummary,
+    *,
+    iteration: int,
+    expected_version: int,
+    sampling: SamplingSpec,
+) -> list[TrainReport]:
+    """The ranks already hold their samples (streamed by the scheduler): each learns its
+    layout and they train; every rank's report, in rank order."""
+    cluster = rollout.cluster
+    if cluster is None:
+        raise RuntimeError("use `async with Rollout(...)` first")
+    sizes = tuple(len(ids) for ids in summary.rank_request_ids)
+    layouts = [
+        ShardLayout(
+            iteration=iteration,
+            rank=rank,
+            expected_version=expected_version,
+            request_ids=ids,
+            num_samples=sizes,
+            num_tokens=summary.num_tokens,
+            num_dropped=summary.num_dropped,
+            sampling=sampling,
+        )
+        for rank, ids in enumerate(summary.rank_request_ids)
+    ]
+    reports = await train_layouts(cluster.mailbox, layouts, "trainer", rollout.timeout_s)
+    versions = {r.version for r in reports}
+    if len(versions) != 1:
+        raise DispatchError(f"trainer ranks disagree on the version after the step: {versions}")
+    return reports
 
 
 async def load_on_every_rank(rollout: Rollout, num_ranks: int, path: str) -> TrainReport:

@@ -51,6 +51,12 @@ class RunConfig:
     mode: Literal["local", "inprocess", "ray"] = "local"
     ready_timeout_s: float = 180.0  # how long the actors may take to start (a loaded machine)
     trainer_ranks: int = 1  # > 1: data-parallel ranks fed by the dispatcher (mode "local")
+    # with ranks > 1: "direct" = the scheduler scores each sample and sends it to its rank
+    # as it finishes (Earl); "driver" = the driver gathers, scores, then sends (comparison)
+    dispatch: Literal["direct", "driver"] = "direct"
+    # where the scheduler finds the task's verifier for direct dispatch: a factory taking the
+    # task name (its module must register a task of your own in the scheduler's process)
+    scorer: str = "pipeline.tasks.scoring:task_reward"
     layout_profile: str = ""  # a `seer bench layouts` JSON: switch generator layouts by context
 
     def __post_init__(self) -> None:
@@ -61,6 +67,10 @@ class RunConfig:
             raise ValueError("RunConfig.trainer_ranks must be >= 1")
         if self.trainer_ranks > 1 and self.mode != "local":
             raise ValueError("RunConfig.trainer_ranks > 1 needs mode 'local' (a process per rank)")
+        if self.dispatch not in ("direct", "driver"):
+            raise ValueError(
+                f"RunConfig.dispatch must be 'direct' or 'driver', not {self.dispatch!r}"
+            )
         if self.warm_start_steps < 0:
             raise ValueError("RunConfig.warm_start_steps must be >= 0 (0: no warm start)")
         if self.policy == "oracle":  # it would silently be "fewest generated first"
@@ -105,7 +115,10 @@ def rl_topology(cfg: RunConfig, model_path: str, task: Task | None = None) -> Pi
     gen = generator_options(cfg, task or get_task(cfg.task), model_path)
     gen_table = options_table(gen)
     base = rollout_config(
-        num_generators=cfg.num_generators, chunk_size=cfg.chunk_size, generator=gen_table
+        num_generators=cfg.num_generators,
+        chunk_size=cfg.chunk_size,
+        generator=gen_table,
+        scheduler={"scorer": cfg.scorer},  # direct dispatch scores where samples finish
     )
     trainer = ActorGroup(
         role="trainer",

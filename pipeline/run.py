@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from pipeline.layout_switch import current_layout, make_selector, switch_layout
-from pipeline.ranks import load_on_every_rank, train_across_ranks
+from pipeline.ranks import load_on_every_rank, stream_spec, train_across_ranks, train_streamed
 from pipeline.rl_config import RunConfig, rl_topology, warm_model
 from pipeline.rollout import Rollout
-from pipeline.rollout.api import Group
+from pipeline.rollout.api import Group, RolloutError, RolloutResult
 from pipeline.tasks import Task, TaskPrompt, get_task
 from pipeline.tasks.curriculum import Curriculum
 from transport.messages import (
@@ -56,28 +56,48 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
         for it in range(first, cfg.iterations):
             rng = np.random.default_rng([cfg.seed, it])  # resumable: a function of (seed, it)
             prompts = draw_prompts(task, curriculum, cfg.prompts_per_iteration, rng)
+            ids = unique_ids(prompts)
+            stream = None  # direct dispatch: the scheduler scores and sends to the ranks
+            if cfg.trainer_ranks > 1 and cfg.dispatch == "direct":
+                stream = stream_spec(
+                    task, ids, prompts, iteration=it, num_ranks=cfg.trainer_ranks,
+                    group_size=cfg.group_size, expected_version=rollout.weight_version,
+                )  # fmt: skip
             start = time.perf_counter()
             result = await rollout.generate_with_record(
                 [
                     PromptSpec(prompt_id=pid, token_ids=p.token_ids)
-                    for pid, p in zip(unique_ids(prompts), prompts, strict=True)
+                    for pid, p in zip(ids, prompts, strict=True)
                 ],
                 cfg.group_size,
                 sampling(cfg, it, task),
                 policy=cfg.policy,
+                stream=stream,
             )
             rollout_s = time.perf_counter() - start
-            scored, rewards = score(task, prompts, result.groups)
+            if result.stream is None:
+                scored, rewards = score(task, prompts, result.groups)
+                samples, num_errors = trainable(scored, result.groups)
+            else:  # scored where they finished; the samples are on the ranks already
+                rewards, samples = streamed_rewards(result), ()
+                num_errors = result.stream.num_dropped
             if curriculum is not None:
                 per_prompt = np.asarray(rewards).reshape(len(prompts), cfg.group_size)
                 curriculum.update(prompts, per_prompt.mean(axis=1).tolist())
-            samples, num_errors = trainable(scored, result.groups)
             start = time.perf_counter()
-            if cfg.trainer_ranks > 1:  # each sample straight to its rank, then one DDP step
-                report = await train_across_ranks(
+            reports: list[TrainReport] = []
+            if result.stream is not None:  # every rank learns its layout, then one DDP step
+                reports = await train_streamed(
+                    rollout, result.stream, iteration=it, expected_version=rollout.weight_version,
+                    sampling=sampling(cfg, it, task),
+                )  # fmt: skip
+                report = reports[0]
+            elif cfg.trainer_ranks > 1:  # the driver sends each sample to its rank
+                reports = await train_across_ranks(
                     rollout, cfg.trainer_ranks, cfg.group_size, iteration=it, task=task,
                     prompts=prompts, groups=result.groups, sampling=sampling(cfg, it, task),
                 )  # fmt: skip
+                report = reports[0]
             else:
                 step = TrainStep(
                     iteration=it,
@@ -106,6 +126,9 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 "policy": cfg.policy or "context_aware",
                 **{f"train_{k}": v for k, v in report.stats.items()},
             }
+            if cfg.trainer_ranks > 1:
+                row["dispatch"] = cfg.dispatch
+                row["samples_per_rank"] = [int(r.stats["num_local_samples"]) for r in reports]
             if curriculum is not None:
                 row["curriculum_success"] = curriculum.state()["success"]
             if cfg.eval_prompts and (
@@ -144,9 +167,21 @@ CURRICULUM_FILE = "curriculum.json"
 
 
 def context_parts(prompts: list[TaskPrompt], result: Any) -> list[tuple[TaskPrompt, int]]:
-    """(prompt, output length) of every sample of a rollout."""
-    return [(p, len(s.token_ids)) for p, g in zip(prompts, result.groups, strict=True)
-            for s in g.samples]  # fmt: skip
+    """(prompt, output length) of every sample of a rollout (a streamed rollout's lengths
+    come with its summary: its samples carry no tokens)."""
+    lens = result.stream.output_lens if result.stream is not None else None
+    return [(p, len(s.token_ids) if lens is None else lens.get(s.request_id, 0))
+            for p, g in zip(prompts, result.groups, strict=True) for s in g.samples]  # fmt: skip
+
+
+def streamed_rewards(result: RolloutResult) -> list[float]:
+    """The rewards the scheduler computed, in `score`'s order (prompt, then sample index)."""
+    assert result.stream is not None
+    got = result.stream.rewards
+    missing = [s.request_id for g in result.groups for s in g.samples if s.request_id not in got]
+    if missing:
+        raise RolloutError(f"{len(missing)} streamed samples came back unscored: {missing[:3]}")
+    return [got[s.request_id] for g in result.groups for s in g.samples]
 
 
 def make_curriculum(cfg: RunConfig, task: Task, resume: Path | None) -> Curriculum | None:

@@ -426,13 +426,58 @@ class EstimateUpdated(Message):
     average_context_len: float
 
 
+MetaValue: TypeAlias = (
+    int | float | str | bool | tuple[int, ...] | tuple[float, ...] | tuple[str, ...]
+)
+"""A value of a task prompt's verifier metadata, as it travels to where samples are scored."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptMeta(Struct):
+    """What the verifier needs to score a prompt's samples (a task's `TaskPrompt.meta`)."""
+
+    prompt_id: str
+    meta: dict[str, MetaValue]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamToRanks(Message):
+    """Driver -> scheduler, a call before the rollout starts: score each sample of rollout
+    `rollout_id` where it finishes (task `task`'s verifier, with the prompts' metadata) and
+    send it straight to one of `num_ranks` trainer ranks (Earl's direct dispatch)."""
+
+    rollout_id: str
+    iteration: int
+    num_ranks: int
+    group_size: int
+    expected_version: int
+    task: str
+    prompts: tuple[PromptMeta, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamSummary(Struct):
+    """What the driver keeps of a streamed rollout: every sample's reward and output length
+    (by request id), and the layout the ranks train on (request ids per rank, in the order
+    sent; tokens per rank; samples that ended in error, never sent)."""
+
+    rewards: dict[str, float]
+    output_lens: dict[str, int]
+    rank_request_ids: tuple[tuple[str, ...], ...]
+    num_tokens: tuple[int, ...]
+    num_dropped: int
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RolloutFinished(Message):
-    """Scheduler -> driver: every sample, and what the scheduler recorded."""
+    """Scheduler -> driver: every sample, and what the scheduler recorded. A streamed
+    rollout's samples come without tokens and logprobs (they went to the trainer ranks);
+    `stream` then says where."""
 
     rollout_id: str
     samples: tuple[SampleResult, ...]
     record: RolloutRecord
+    stream: StreamSummary | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -729,6 +774,7 @@ REGISTRY: Final[dict[int, type[Message]]] = {
     55: GroupAdvantages,
     56: ShardLayout,
     57: SamplesBatch,
+    58: StreamToRanks,
     60: TokensAppended,
     61: SyncDrafts,
     62: DraftDeltas,

@@ -14,6 +14,11 @@ does a result refused at the boundary (more tokens than the chunk allowed, a log
 that differs from the token count). Any other handler failure during a rollout fails the
 rollout (`RolloutFailed` to the driver) instead of leaving it running forever.
 
+Direct dispatch (Earl): a rollout announced with `StreamToRanks` (a call, before its
+requests arrive) streams each sample, as it finishes, scored, to a trainer rank
+(`SampleStream`); its `RolloutFinished` then carries no tokens, only `StreamSummary`. A sample
+that cannot reach its rank fails the rollout with a reason naming the rank.
+
 No stall on a dead peer: the estimator and the draft store are best-effort peers (their
 messages are offered and dropped when their queue is full); a chunk that cannot reach its
 generator (`PeerGone`) marks the generator lost and re-queues its work. Weights: a
@@ -35,6 +40,7 @@ from actors.scheduler.core import SchedulerCore, UnknownRequestError
 from actors.scheduler.options import SchedulerOptions
 from actors.scheduler.policy import make_policy
 from actors.scheduler.runbook import RunBook
+from actors.scheduler.stream import SampleStream, StreamError, load_scorer
 from actors.scheduler.wire import chunk_assigned, instance_load, request_state
 from transport.errors import PeerGone, TransportError
 from transport.messages import (
@@ -53,6 +59,8 @@ from transport.messages import (
     RequestsAdded,
     RolloutFailed,
     RolloutFinished,
+    SampleResult,
+    StreamToRanks,
     WeightsPublished,
 )
 
@@ -65,6 +73,7 @@ class ActiveRollout:
     policy: str
     dispatched: dict[tuple[str, int], float] = field(default_factory=dict)
     unfinished: dict[str, int] = field(default_factory=dict)  # group -> samples left
+    stream: SampleStream | None = None  # direct dispatch to the trainer ranks
 
 
 class SchedulerActor(Actor):
@@ -85,6 +94,7 @@ class SchedulerActor(Actor):
         # estimates that arrived before their rollout's requests (the estimator can answer
         # `GroupsOpened` before the splitter's `RequestsAdded` gets here): rollout -> group
         self.early_estimates: dict[str, dict[str, int]] = {}
+        self.streams: dict[str, StreamToRanks] = {}  # announced, not yet started: rollout id
 
     def handlers(self) -> Mapping[type[Message], Handler]:
         return {
@@ -94,6 +104,7 @@ class SchedulerActor(Actor):
             WeightsPublished: self.handle_weights_published,
             PeerLost: self.handle_peer_lost,
             GetLiveGenerators: self.handle_get_live_generators,
+            StreamToRanks: self.handle_stream_to_ranks,
         }
 
     def counters(self) -> dict[str, float]:
@@ -140,6 +151,27 @@ class SchedulerActor(Actor):
         if self.current is not None:
             await self._lose(self.current, i, msg.reason or "reported lost by the launcher")
 
+    async def handle_stream_to_ranks(self, msg: StreamToRanks) -> None:
+        """Stream rollout `msg.rollout_id` to the trainer ranks (refused with a typed error
+        when there is no scorer or too few ranks)."""
+        if not self.opts.scorer:
+            raise StreamError("the scheduler has no scorer option: it cannot score samples")
+        if not 1 <= msg.num_ranks <= self.num_peers("trainer"):
+            have = self.num_peers("trainer")
+            raise StreamError(f"{msg.num_ranks} trainer ranks asked, the topology has {have}")
+        load_scorer(self.opts.scorer, msg.task)  # fail now, not on the first sample
+        import actors.trainer.dispatcher  # noqa: F401  (torch loads now, not mid-rollout)
+
+        self.streams = {msg.rollout_id: msg}  # one rollout at a time
+
+    def _open_stream(self, rollout_id: str) -> SampleStream | None:
+        msg = self.streams.pop(rollout_id, None)
+        if msg is None:
+            return None
+        reward = load_scorer(self.opts.scorer, msg.task)
+        timeout = self.opts.health_timeout_s * 10
+        return SampleStream(self.mailbox, msg, reward, send_timeout_s=timeout)
+
     async def handle_requests_added(self, msg: RequestsAdded) -> None:
         if self.current is not None:
             reason = f"rollout {self.current.rollout_id} still running"
@@ -184,6 +216,7 @@ class SchedulerActor(Actor):
         start_loads = [await self._load_or_last(i) for i in range(self.num_generators)]
         book = RunBook(msg.rollout_id, name, msg.requests, start_loads, start)
         self.current = ActiveRollout(msg.rollout_id, core, book, name)
+        self.current.stream = self._open_stream(msg.rollout_id)
         for r in msg.requests:
             self.current.unfinished[r.group_id] = self.current.unfinished.get(r.group_id, 0) + 1
         for load in start_loads:
@@ -276,6 +309,17 @@ class SchedulerActor(Actor):
             )
             self.offer("estimator", 0, done)
             self._group_progress(run, spec.group_id)
+            if run.stream is not None:
+                rid = msg.request_id
+                versions = tuple(c.weight_version for c in run.book.chunks[rid])
+                try:
+                    await run.stream.add(
+                        spec, run.book.tokens[rid], run.book.logprobs[rid], versions,
+                        msg.finish_reason,
+                    )  # fmt: skip
+                except Exception as exc:  # e.g. a rank is gone: say which, stop here
+                    await self._abandon(run, f"direct dispatch failed: {exc}")
+                    return
         if run.core.is_done:
             await self._finish(run)
         else:
@@ -323,6 +367,12 @@ class SchedulerActor(Actor):
         await self._send_chunks()
 
     async def _finish(self, run: ActiveRollout) -> None:
+        if run.stream is not None:
+            try:
+                await run.stream.flush(self.opts.health_timeout_s * 10)
+            except Exception as exc:
+                await self._abandon(run, f"direct dispatch failed: {exc}")
+                return
         self.current = None
         for k, v in run.core.counters.items():
             self.totals[k] = self.totals.get(k, 0.0) + v
@@ -345,7 +395,13 @@ class SchedulerActor(Actor):
             policy=run.policy,
             makespan_s=round(record.makespan_s, 3),
         )
-        finished = RolloutFinished(rollout_id=run.rollout_id, samples=samples, record=record)
+        stream = None
+        if run.stream is not None:  # the tokens went to the ranks: the driver gets none
+            samples = tuple(_without_tokens(s) for s in samples)
+            stream = run.stream.summary()
+        finished = RolloutFinished(
+            rollout_id=run.rollout_id, samples=samples, record=record, stream=stream
+        )
         await self.send_to("driver", 0, finished)
 
     async def _abandon(self, run: ActiveRollout, reason: str) -> None:
@@ -407,3 +463,7 @@ class SchedulerActor(Actor):
                     await self._lose(run, i, str(exc))
                     if self.current is not run:
                         break
+
+
+def _without_tokens(sample: SampleResult) -> SampleResult:
+    return dataclasses.replace(sample, token_ids=(), logprobs=())

@@ -22,7 +22,10 @@ class SchedulerOptions:
     one starved request promoted per this many dispatches. `health_interval_s` /
     `health_timeout_s`: how often generators with work are asked for their load, and how
     long before one counts as lost (1 s and 3 s: a frozen generator is noticed within about
-    4 s; engine steps run off the generator's event loop, so a busy one still answers)."""
+    4 s; engine steps run off the generator's event loop, so a busy one still answers).
+    `scorer`: import path ("package.module:function") of a factory that takes a task name and
+    returns its reward function, for rollouts streamed straight to the trainer ranks
+    (`StreamToRanks`); "" = this scheduler does not score."""
 
     policy: str = "context_aware"
     chunk_size: int = 128
@@ -34,6 +37,7 @@ class SchedulerOptions:
     health_interval_s: float = 1.0
     health_timeout_s: float = 3.0
     growth_reserve: int | None = None
+    scorer: str = ""
 
     def __post_init__(self) -> None:
         check_choice(self, "policy", POLICY_NAMES)

@@ -10,6 +10,8 @@ or a rank whose shard does not match its layout raises ``DispatchError`` naming 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import anyio
 
 from actors.base import Mailbox
@@ -20,6 +22,7 @@ from transport.messages import (
     SampleData,
     SampleDispatched,
     SamplingSpec,
+    ShardLayout,
     TrainReport,
 )
 
@@ -76,27 +79,39 @@ class Dispatcher:
         """Every rank learns its layout and trains; their reports in rank order."""
         if self.plan.incomplete_groups:
             raise DispatchError(f"incomplete groups at the end: {self.plan.incomplete_groups[:5]}")
-        reports: list[TrainReport | None] = [None] * self.plan.num_ranks
+        layouts = [
+            self.plan.layout(rank, self.expected_version, self.sampling)
+            for rank in range(self.plan.num_ranks)
+        ]
+        return await train_layouts(self.mailbox, layouts, self.role, self.train_timeout_s)
 
-        async def train(rank: int) -> None:
-            layout = self.plan.layout(rank, self.expected_version, self.sampling)
-            try:
-                reply = await self.mailbox.call(self.role, rank, layout, self.train_timeout_s)
-            except TransportError as exc:
-                raise DispatchError(f"{self.role} rank {rank} failed the step: {exc}") from exc
-            if not isinstance(reply, TrainReport):
-                raise DispatchError(f"{self.role} rank {rank} answered {type(reply).__name__}")
-            reports[rank] = reply
 
+async def train_layouts(
+    mailbox: Mailbox, layouts: Sequence[ShardLayout], role: str, timeout_s: float
+) -> list[TrainReport]:
+    """Call every rank with its layout at once (they train together); reports in rank
+    order; the first failure as a `DispatchError` naming its rank."""
+    reports: list[TrainReport | None] = [None] * len(layouts)
+
+    async def train(layout: ShardLayout) -> None:
+        rank = layout.rank
         try:
-            async with anyio.create_task_group() as tg:
-                for rank in range(self.plan.num_ranks):
-                    tg.start_soon(train, rank)
-        except BaseExceptionGroup as group:  # the first failure cancelled the other calls
-            errors = _leaves(group)
-            first = next((e for e in errors if isinstance(e, DispatchError)), errors[0])
-            raise first from None
-        return [r for r in reports if r is not None]
+            reply = await mailbox.call(role, rank, layout, timeout_s)
+        except TransportError as exc:
+            raise DispatchError(f"{role} rank {rank} failed the step: {exc}") from exc
+        if not isinstance(reply, TrainReport):
+            raise DispatchError(f"{role} rank {rank} answered {type(reply).__name__}")
+        reports[rank] = reply
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for layout in layouts:
+                tg.start_soon(train, layout)
+    except BaseExceptionGroup as group:  # the first failure cancelled the other calls
+        errors = _leaves(group)
+        first = next((e for e in errors if isinstance(e, DispatchError)), errors[0])
+        raise first from None
+    return [r for r in reports if r is not None]
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:

@@ -18,6 +18,7 @@ the version.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,8 @@ from transport.messages import (
     RolloutRecord,
     SampleResult,
     SamplingSpec,
+    StreamSummary,
+    StreamToRanks,
 )
 
 
@@ -69,6 +72,7 @@ class RolloutResult:
 
     groups: list[Group]
     record: RolloutRecord
+    stream: StreamSummary | None = None  # streamed to trainer ranks: rewards and layout
 
     def metrics(self, per_token_s: float | None = None) -> dict[str, Any]:
         """Makespan, throughput, tail, idle time, moves, re-prefills, queueing delay."""
@@ -189,7 +193,11 @@ class Rollout:
         sampling: SamplingSpec | None = None,
         *,
         policy: str = "",
+        stream: StreamToRanks | None = None,
     ) -> RolloutResult:
+        """`stream`: send each sample, scored, straight from the scheduler to the trainer
+        ranks as it finishes (its `rollout_id` is filled in here); the result's samples then
+        have no tokens, and `stream` says where they went."""
         cluster = self._cluster()
         rollout_id = f"r{next(self._ids)}"
         specs = tuple(
@@ -207,9 +215,12 @@ class Rollout:
         )
         await cluster.poll_control()
         failed_before = cluster.status[("scheduler", 0)].num_failed
+        if stream is not None:
+            announce = dataclasses.replace(stream, rollout_id=rollout_id)
+            await cluster.call("scheduler", 0, announce, timeout=30)
         await cluster.call("splitter", 0, batch, timeout=30)
         msg = await self._await_result(cluster, rollout_id, failed_before)
-        return RolloutResult(self._groups(specs, msg.samples), msg.record)
+        return RolloutResult(self._groups(specs, msg.samples), msg.record, msg.stream)
 
     async def _await_result(
         self, cluster: Cluster, rollout_id: str, failed_before: int

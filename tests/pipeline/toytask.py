@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pipeline.tasks import TaskPrompt, register_task, task_names
+from pipeline.tasks.scoring import task_reward as task_reward  # the scheduler's scorer
 
 SEVEN, EOS, VOCAB = 7, 15, 16
 

@@ -1,0 +1,156 @@
+"""SampleStream: Earl's direct dispatch from the scheduler, where samples finish.
+
+A rollout the driver announced with `StreamToRanks` gets one `SampleStream`. As each sample
+finishes, the scheduler hands it here: it is scored at once (the task's verifier is a pure
+function of the prompt's metadata and the tokens, resolved from the scheduler's `scorer`
+option, never from the wire) and sent straight to the trainer rank with the fewest tokens so
+far (`Dispatcher`); a group's advantages follow when its last member finishes; a sample that
+ended in "error" is never sent and is counted. At the end `flush` makes sure every rank has
+handled everything sent to it (one `Ping` per rank over the same socket: a rank handles its
+messages in order), so the layout the driver then sends finds each shard complete; a rank that
+is gone raises `DispatchError` naming it. `summary` is all the driver gets back: rewards,
+output lengths and the layout, no token arrays.
+
+The trainer package (and with it torch) is imported only when a rollout streams.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from transport.errors import TransportError
+from transport.messages import (
+    Ping,
+    Pong,
+    RequestSpec,
+    SampleData,
+    SamplingSpec,
+    StreamSummary,
+    StreamToRanks,
+)
+
+if TYPE_CHECKING:
+    from actors.base import Mailbox
+    from actors.trainer.dispatcher import Dispatcher
+
+Reward = Callable[[str, Mapping[str, Any], Sequence[int], Sequence[int]], float]
+"""(prompt id, prompt metadata, prompt token ids, completion token ids) -> reward."""
+
+
+class StreamError(ValueError):
+    """A `StreamToRanks` the scheduler cannot serve (no scorer, too few ranks, ...)."""
+
+
+def load_scorer(path: str, task: str) -> Reward:
+    """The reward function of `task` from the factory at import path `path`
+    ("package.module:function", taking the task name; a trusted config value)."""
+    module_name, _, name = path.partition(":")
+    if not module_name or not name:
+        raise StreamError(f"scorer {path!r} is not 'package.module:function'")
+    try:
+        factory = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as exc:
+        raise StreamError(f"scorer {path!r} cannot be imported: {exc}") from None
+    try:
+        reward: Reward = factory(task)
+    except (KeyError, ValueError) as exc:
+        raise StreamError(f"scorer {path!r} has no task {task!r}: {exc}") from None
+    return reward
+
+
+class SampleStream:
+    """One streamed rollout: score, dispatch, count; see the module docstring."""
+
+    def __init__(
+        self, mailbox: Mailbox, msg: StreamToRanks, reward: Reward, *, send_timeout_s: float
+    ) -> None:
+        from actors.trainer.dispatcher import Dispatcher
+
+        self.msg = msg
+        self.reward = reward
+        self.meta = {p.prompt_id: p.meta for p in msg.prompts}
+        self.dispatcher: Dispatcher = Dispatcher(
+            mailbox,
+            msg.num_ranks,
+            msg.group_size,
+            iteration=msg.iteration,
+            expected_version=msg.expected_version,
+            sampling=SamplingSpec(),  # the layout (and its sampling) comes from the driver
+            send_timeout_s=send_timeout_s,
+        )
+        self.rewards: dict[str, float] = {}
+        self.output_lens: dict[str, int] = {}
+
+    async def add(
+        self,
+        spec: RequestSpec,
+        token_ids: Sequence[int],
+        logprobs: Sequence[float],
+        weight_versions: tuple[int, ...],
+        finish_reason: str,
+    ) -> None:
+        """A sample finished: score it and send it to its rank (or drop it: "error")."""
+        if spec.prompt_id not in self.meta:
+            raise StreamError(f"no metadata for prompt {spec.prompt_id!r} of {spec.request_id}")
+        meta = self.meta[spec.prompt_id]
+        reward = float(self.reward(spec.prompt_id, meta, spec.prompt_ids, token_ids))
+        self.rewards[spec.request_id] = reward
+        self.output_lens[spec.request_id] = len(token_ids)
+        data = sample_data(spec, token_ids, logprobs, weight_versions, reward)
+        await self.dispatcher.send(data, is_error=finish_reason == "error")
+
+    async def flush(self, timeout_s: float) -> None:
+        """Return once every rank has handled every sample and advantage sent to it."""
+        from actors.trainer.dispatch import DispatchError
+
+        plan = self.dispatcher.plan
+        if plan.incomplete_groups:
+            raise DispatchError(f"incomplete groups at the end: {plan.incomplete_groups[:5]}")
+        mailbox = self.dispatcher.mailbox
+        for rank in range(plan.num_ranks):
+            try:
+                reply = await mailbox.call("trainer", rank, Ping(seq=rank), timeout_s)
+            except TransportError as exc:
+                raise DispatchError(f"trainer rank {rank} unreachable at the end: {exc}") from exc
+            if not isinstance(reply, Pong):
+                raise DispatchError(f"trainer rank {rank} answered {type(reply).__name__}")
+
+    def summary(self) -> StreamSummary:
+        plan = self.dispatcher.plan
+        return StreamSummary(
+            rewards=dict(self.rewards),
+            output_lens=dict(self.output_lens),
+            rank_request_ids=tuple(tuple(ids) for ids in plan.request_ids),
+            num_tokens=tuple(plan.loads),
+            num_dropped=plan.num_dropped,
+        )
+
+
+def sample_data(
+    spec: RequestSpec,
+    token_ids: Sequence[int],
+    logprobs: Sequence[float],
+    weight_versions: tuple[int, ...],
+    reward: float,
+) -> SampleData:
+    """A finished request as the arrays a trainer rank consumes (prompt + completion)."""
+    p = len(spec.prompt_ids)
+    tokens = np.asarray((*spec.prompt_ids, *token_ids), dtype=np.int32)
+    old = np.zeros(len(tokens), dtype=np.float32)
+    old[p:] = np.asarray(logprobs, dtype=np.float32)
+    mask = np.zeros(len(tokens), dtype=np.uint8)
+    mask[p:] = 1
+    return SampleData(
+        request_id=spec.request_id,
+        group_id=spec.group_id,
+        prompt_len=p,
+        token_ids=tokens,
+        old_logprobs=old,
+        loss_mask=mask,
+        reward=reward,
+        weight_versions=weight_versions,
+    )

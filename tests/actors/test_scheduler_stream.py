@@ -1,0 +1,65 @@
+"""The scheduler's side of direct dispatch, without sockets: a task's metadata survives the
+wire, the scorer is found (or refused with a typed error), and a finished request becomes
+the arrays a rank trains on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from actors.scheduler.stream import StreamError, load_scorer, sample_data
+from pipeline.tasks import get_task
+from pipeline.tasks.base import TaskPrompt
+from pipeline.tasks.scoring import prompt_meta
+from transport.codec import decode, encode
+from transport.messages import RequestSpec, SamplingSpec, StreamToRanks
+
+SCORER = "pipeline.tasks.scoring:task_reward"
+
+
+def test_the_scheduler_scores_as_the_driver_does_after_the_wire() -> None:
+    task = get_task("countdown")
+    prompts = task.sample_prompts(6, np.random.default_rng(0))
+    announce = StreamToRanks(
+        rollout_id="r0", iteration=3, num_ranks=2, group_size=4, expected_version=3,
+        task="countdown", prompts=tuple(prompt_meta(f"p{i}", p) for i, p in enumerate(prompts)),
+    )  # fmt: skip
+    got = decode(encode(announce))
+    assert got == announce
+    reward = load_scorer(SCORER, "countdown")
+    rng = np.random.default_rng(1)
+    for sent, prompt in zip(got.prompts, prompts, strict=True):
+        walk = task.sft_example(prompt, rng)  # a valid answer: reward 1
+        wrong = [*walk[:-2], walk[-1]]  # a step skipped: partial credit or 0
+        for completion in (walk, wrong):
+            expected = task.reward(prompt, completion)
+            assert reward(sent.prompt_id, sent.meta, prompt.token_ids, completion) == expected
+        assert reward(sent.prompt_id, sent.meta, prompt.token_ids, walk) == 1.0
+
+
+def test_meta_the_wire_cannot_carry_and_unknown_scorers_are_typed_errors() -> None:
+    with pytest.raises(TypeError, match="nested"):
+        prompt_meta("p", TaskPrompt(prompt_id="p", token_ids=(1,), meta={"nested": [[1]]}))
+    with pytest.raises(TypeError, match="obj"):
+        prompt_meta("p", TaskPrompt(prompt_id="p", token_ids=(1,), meta={"obj": object()}))
+    meta = {"n": np.int64(5), "xs": [np.int64(1), 2], "name": "a", "f": 0.5}
+    sent = prompt_meta("p", TaskPrompt(prompt_id="p", token_ids=(1,), meta=meta))
+    assert sent.meta == {"n": 5, "xs": (1, 2), "name": "a", "f": 0.5}
+    with pytest.raises(StreamError, match="no task"):
+        load_scorer(SCORER, "no-such-task")
+    with pytest.raises(StreamError, match="cannot be imported"):
+        load_scorer("pipeline.tasks.scoring:nothing_here", "countdown")
+    with pytest.raises(StreamError, match=r"package\.module:function"):
+        load_scorer("no_colon", "countdown")
+
+
+def test_a_finished_request_becomes_prompt_plus_completion_arrays() -> None:
+    spec = RequestSpec(
+        request_id="g0.1", group_id="g0", prompt_id="p0", index=1, is_probe=False,
+        prompt_ids=(5, 6, 7), sampling=SamplingSpec(),
+    )  # fmt: skip
+    data = sample_data(spec, [8, 9], [-0.5, -1.5], (2, 2), reward=0.25)
+    assert data.token_ids.tolist() == [5, 6, 7, 8, 9] and data.token_ids.dtype == np.int32
+    assert data.loss_mask.tolist() == [0, 0, 0, 1, 1]
+    assert data.old_logprobs.tolist() == [0.0, 0.0, 0.0, -0.5, -1.5]
+    assert (data.prompt_len, data.reward, data.weight_versions) == (3, 0.25, (2, 2))

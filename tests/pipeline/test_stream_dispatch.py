@@ -1,0 +1,98 @@
+"""`seer run --trainer-ranks 2` with direct dispatch (the scheduler scores each sample where
+it finishes and sends it straight to its rank) against the driver path (the driver gathers,
+scores, then sends) on the same seeds, over real processes: the same rewards, the same loss
+and gradient norm within float tolerance, the same weight versions; every sample reaches
+exactly one rank; the driver of the direct path never holds a token."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tests.pipeline.toytask  # noqa: F401  (registers the say7 task here too)
+from actors.generator import GeneratorOptions
+from actors.model import ModelOptions
+from pipeline.rl_config import RunConfig
+from pipeline.rollout.api import Rollout
+from pipeline.run import train
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+PROMPTS, GROUP = 4, 4
+MODEL = ModelOptions(
+    hidden=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate=64, max_context=64
+)
+
+
+def config(tmp_path: Path, dispatch: str) -> RunConfig:
+    return RunConfig(
+        task="say7",
+        scorer="tests.pipeline.toytask:task_reward",  # say7 registered in the scheduler too
+        iterations=2,
+        prompts_per_iteration=PROMPTS,
+        group_size=GROUP,
+        max_new_tokens=6,
+        generator=GeneratorOptions(model=MODEL, max_batch=16),
+        warm_start_steps=0,
+        eval_prompts=0,
+        lr=3e-2,
+        seed=4,
+        num_generators=1,
+        checkpoint_every=0,
+        trainer_ranks=2,
+        dispatch=dispatch,  # type: ignore[arg-type]
+        out_dir=str(tmp_path / dispatch),
+    )
+
+
+@pytest.mark.timeout(400)
+async def test_direct_dispatch_trains_like_the_driver_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[Any] = []  # what the direct path's driver got back from each rollout
+    original = Rollout.generate_with_record
+
+    async def spy(self: Rollout, *args: Any, **kw: Any) -> Any:
+        result = await original(self, *args, **kw)
+        seen.append(result)
+        return result
+
+    monkeypatch.setattr(Rollout, "generate_with_record", spy)
+    direct = await train(config(tmp_path, "direct"))
+    streamed, seen[:] = list(seen), []
+    driver = await train(config(tmp_path, "driver"))
+
+    assert [r["weight_version"] for r in direct] == [r["weight_version"] for r in driver] == [1, 2]
+    for d, c in zip(direct, driver, strict=True):
+        assert (d["dispatch"], c["dispatch"]) == ("direct", "driver")
+        assert d["reward_mean"] == pytest.approx(c["reward_mean"], abs=1e-12)
+        assert d["output_tokens"] == c["output_tokens"]
+        for key in ("loss", "grad_norm", "num_tokens", "reward_mean", "num_samples"):
+            assert d[f"train_{key}"] == pytest.approx(c[f"train_{key}"], rel=1e-4, abs=1e-6), key
+        # every sample on exactly one rank, none dropped (no engine errors here)
+        assert sum(d["samples_per_rank"]) == sum(c["samples_per_rank"]) == PROMPTS * GROUP
+        assert d["num_error_samples"] == 0 and d["train_num_dropped"] == 0
+    assert any(r["train_grad_norm"] > 0 for r in direct)  # not a vacuous comparison
+
+    assert [r.stream is None for r in seen] == [True, True]
+    for result in streamed:
+        summary = result.stream
+        assert summary is not None
+        ids = [rid for rank in summary.rank_request_ids for rid in rank]
+        every = {s.request_id for g in result.groups for s in g.samples}
+        assert sorted(ids) == sorted(every) and len(ids) == PROMPTS * GROUP  # exactly once
+        assert all(len(rank) > 0 for rank in summary.rank_request_ids)
+        assert max(summary.num_tokens) <= 2 * min(summary.num_tokens)  # token-balanced
+        # the driver got rewards and lengths, no token arrays
+        assert all(s.token_ids == () and s.logprobs == () for g in result.groups for s in g.samples)
+        assert set(summary.rewards) == every
+        lens = {r.request_id: r.output_len for r in result.record.requests}
+        assert summary.output_lens == lens
+
+
+def test_dispatch_option_is_checked() -> None:
+    with pytest.raises(ValueError, match="dispatch"):
+        dataclasses.replace(RunConfig(), dispatch="scatter")  # type: ignore[arg-type]
