@@ -1,10 +1,10 @@
 """Pointing a run's generators at an engine backend: the built-in engine or SGLang servers.
 
 `use_backend(options, "sglang", urls=[...])` attaches generator i to `urls[i]`;
-`command=` (a template with `{python}`, `{model}`, `{host}`, `{port}`) makes each generator
-launch its own server instead (SGLang's launcher by default; `seer serve` on a CPU). The
-same fields map from TOML: `[generator] backend = "sglang"` and a `[generator.sglang]`
-table (`actors.generator.sglang.SGLangOptions`).
+`command=` (a template with `{python}`, `{model}`, `{host}`, `{port}`, `{tp_size}`) makes
+each generator launch its own server instead (SGLang's launcher by default; `seer serve`
+on a CPU). The same fields map from TOML: `[generator] backend = "sglang"` and a
+`[generator.sglang]` table (`actors.generator.sglang.SGLangOptions`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from actors.generator.sglang import SGLangOptions
 
 SEER_SERVE_COMMAND = (
     "{python}", "-m", "pipeline.cli", "serve", "--model", "{model}",
-    "--host", "{host}", "--port", "{port}",
+    "--host", "{host}", "--port", "{port}", "--tp-size", "{tp_size}",
 )  # fmt: skip
 
 

@@ -176,6 +176,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         module.run(args.json, quick=args.quick, repeats=args.repeats, profile=args.profile)
     elif args.name == "serve":
         module.run(args.json, quick=args.quick, repeats=args.repeats)
+    elif args.name == "layouts":
+        module.run(args.json, quick=args.quick, backend=args.backend)
     elif args.name == "faults":
         faults = tuple(args.faults.split(",")) if args.faults else None
         module.run(args.json, quick=args.quick, faults=faults)
@@ -191,6 +193,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from pipeline.serve import ServeOptions, serve
 
     configure_logging("warning")
+    threads = {n for n in (args.num_threads, args.tp_size) if n is not None}
+    if len(threads) > 1:
+        raise SystemExit("seer serve: --tp-size and --num-threads disagree (they are one knob)")
+    if any(n < 1 for n in threads):
+        raise SystemExit("seer serve: --tp-size / --num-threads must be >= 1")
     serve(
         ServeOptions(
             model_path=args.model or "",
@@ -198,7 +205,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             port=args.port,
             max_batch=args.max_batch,
             kv_budget_tokens=args.kv_budget_tokens,
-            num_threads=args.num_threads,
+            num_threads=threads.pop() if threads else 1,
             eos_token_id=args.eos_token_id,
             step_delay_s=args.step_delay_ms / 1000,
             api_key=args.api_key or "",
@@ -283,7 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--sglang-command",
         help="sglang: launch each generator's server with this command line ({python}, "
-        "{model}, {host}, {port} filled in; default: python -m sglang.launch_server ...)",
+        "{model}, {host}, {port}, {tp_size} filled in; default: python -m "
+        "sglang.launch_server ...)",
     )
     run.set_defaults(fn=_cmd_run)
     roll = sub.add_parser("rollout", help="one benchmark rollout: Seer scheduler vs baseline")
@@ -312,7 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend",
         choices=("builtin", "sglang"),
         default="builtin",
-        help="rollout: sglang = the four policies over seer serve (HTTP) beside the builtin",
+        help="rollout: sglang = the four policies over seer serve (HTTP) beside the builtin; "
+        "layouts: sglang = (servers, --tp-size) layouts of launched seer serve servers",
     )
     bench.add_argument("--profile", help="scheduler: write a cProfile of the scheduler here")
     bench.add_argument("--faults", help="faults: comma-separated subset (default: all)")
@@ -339,7 +348,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="requests decoding at once",
     )
     srv.add_argument("--kv-budget-tokens", type=int, default=65536)
-    srv.add_argument("--num-threads", type=int, default=1, help="torch threads")
+    srv.add_argument("--num-threads", type=int, help="torch threads (default 1)")
+    srv.add_argument(
+        "--tp-size",
+        "--tensor-parallel-size",
+        type=int,
+        help="SGLang's tensor parallelism, on a CPU: N intra-op threads split each matmul the "
+        "way TP splits it over N GPUs (the same as --num-threads N)",
+    )
     srv.add_argument("--eos-token-id", type=int, help="default: the model's or the task's")
     srv.add_argument(
         "--step-delay-ms", type=float, default=0.0, help="sleep after each engine step (tests)"

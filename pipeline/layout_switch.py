@@ -1,13 +1,19 @@
 """Switching the generator layout between iterations (Earl's parallelism selector, live).
 
 `switch_layout` saves the trainer (weights, optimiser, version, RNG) to a checkpoint, stops
-the running topology, starts it again with the new generator layout (instances, threads per
-instance) and restores every trainer rank from the checkpoint; rank 0 re-publishes the
+the running topology, starts it again with the new generator layout and restores every
+trainer rank from the checkpoint; rank 0 re-publishes the
 weights to the new generators under the same version, so the next rollout is on-policy for
 exactly the weights the trainer holds. The whole switch is timed (seconds) and counted by
 the caller. Restarting the trainer with the generators is the simple, safe choice here (the
 launcher starts and stops whole topologies); it costs a checkpoint round trip on top of the
 generators' start.
+
+A layout is (instances, threads per instance) for the built-in engine and (servers,
+`--tp-size` per server) for SGLang generators that launch their servers (`[generator.sglang]
+command`, whose `{tp_size}` the layout fills in; `seer serve` reads it as intra-op threads):
+the switch stops those servers with their generators and launches the new count, each with
+the new tp size. Attached servers (`urls`) are not ours to relaunch: a profile is refused.
 """
 
 from __future__ import annotations
@@ -20,22 +26,42 @@ from pathlib import Path
 from pipeline.ranks import load_on_every_rank
 from pipeline.rl_config import RunConfig, rl_topology
 from pipeline.rollout import Rollout
-from pipeline.selector import Layout, LayoutProfile, ParallelismSelector
+from pipeline.selector import Layout, LayoutProfile, ParallelismSelector, ProfileError
 from transport.messages import SaveCheckpoint
 
 
 def with_layout(cfg: RunConfig, layout: Layout) -> RunConfig:
-    generator = dataclasses.replace(cfg.generator, num_threads=layout.threads)
+    """`cfg` with its generators in `layout` (`ProfileError` where it cannot apply)."""
+    gen = cfg.generator
+    if gen.backend == "sglang":
+        check_relaunchable(cfg)
+        sglang = dataclasses.replace(gen.sglang, tp_size=layout.threads)
+        generator = dataclasses.replace(gen, sglang=sglang)
+    else:
+        generator = dataclasses.replace(gen, num_threads=layout.threads)
     return dataclasses.replace(cfg, num_generators=layout.instances, generator=generator)
 
 
 def current_layout(cfg: RunConfig) -> Layout:
-    return Layout(cfg.num_generators, cfg.generator.num_threads)
+    gen = cfg.generator
+    threads = gen.sglang.tp_size if gen.backend == "sglang" else gen.num_threads
+    return Layout(cfg.num_generators, threads)
+
+
+def check_relaunchable(cfg: RunConfig) -> None:
+    """SGLang layouts need servers the generators launch with `{tp_size}` in the command."""
+    sglang = cfg.generator.sglang
+    if sglang.urls:
+        raise ProfileError("attached SGLang servers (urls) cannot be relaunched in a new layout")
+    if not any("{tp_size}" in arg for arg in sglang.command):
+        raise ProfileError("the SGLang server command has no {tp_size}: a layout cannot set it")
 
 
 def make_selector(cfg: RunConfig) -> ParallelismSelector | None:
     if not cfg.layout_profile:
         return None
+    if cfg.generator.backend == "sglang":
+        check_relaunchable(cfg)
     return ParallelismSelector(LayoutProfile.load(cfg.layout_profile), current_layout(cfg))
 
 

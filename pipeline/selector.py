@@ -3,8 +3,8 @@ running average context length, switched between iterations.
 
 A ``Layout`` is (instances, threads per instance) for the built-in CPU engine, where intra-op
 threads split each matmul the way tensor parallelism splits it across GPUs; every candidate
-uses the same total cores. (The same pair would name (servers, ``--tp-size``) for SGLang;
-``pipeline.layout_switch`` applies layouts to the built-in engine only so far.) A
+uses the same total cores; for SGLang generators that launch their servers the pair is
+(servers, ``--tp-size`` per server), applied by ``pipeline.layout_switch``. A
 ``LayoutProfile`` holds measured rollout throughput per (layout, context bucket); the best
 layout of a bucket is the one with the highest throughput there. ``ParallelismSelector``
 keeps the running average context length (prompt + output) of the last ``window`` finished

@@ -11,6 +11,11 @@ tokens (not 2K / 8K: the CPU profile must stay quick, and the run's model holds 
 the choice per bucket and, in a second start of each layout, one fresh rollout per bucket
 (other prompts and seeds) under the chosen layout and under the worst: `gain` = chosen /
 worst throughput from that second measurement.
+
+`--backend sglang`: the same with SGLang layouts, (servers, `--tp-size` per server): each
+generator launches a `seer serve` (our SGLang-compatible server, where `--tp-size N` is N
+intra-op threads) and drives it over HTTP; 2 x 1 is two servers of tp 1, 1 x 2 one server of
+tp 2. Throughput then includes the HTTP hop; each layout's servers start before its warm-up.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 import anyio
 import numpy as np
 
+from pipeline.backend import SEER_SERVE_COMMAND
 from pipeline.rollout import Rollout
 from pipeline.rollout.api import rollout_config
 from pipeline.selector import Layout, LayoutProfile, ProfileRow, layouts_for
@@ -47,9 +53,21 @@ def prompts(ctx: int, seed: int) -> list[PromptSpec]:
     ]
 
 
-async def measure_layout(layout: Layout, buckets: tuple[int, ...], seed: int) -> dict[int, float]:
+def generator_options(layout: Layout, backend: str) -> dict[str, Any]:
+    """The generators of `layout`: built-in engines of `threads` threads, or generators that
+    each launch a `seer serve` with `--tp-size threads`."""
+    gen: dict[str, Any] = {"model": MODEL, "spec": {"mode": "off"}}
+    if backend == "builtin":
+        return gen | {"num_threads": layout.threads}
+    sglang = {"command": SEER_SERVE_COMMAND, "base_port": 0, "tp_size": layout.threads}
+    return gen | {"backend": "sglang", "sglang": sglang, "max_batch": NUM_PROMPTS * GROUP_SIZE}
+
+
+async def measure_layout(
+    layout: Layout, buckets: tuple[int, ...], seed: int, backend: str = "builtin"
+) -> dict[int, float]:
     """Throughput (output tokens / s) of one rollout per bucket under `layout`."""
-    gen = {"num_threads": layout.threads, "model": MODEL, "spec": {"mode": "off"}}
+    gen = generator_options(layout, backend)
     config = rollout_config(num_generators=layout.instances, generator=gen)
     out: dict[int, float] = {}
     async with Rollout(config) as rollout:
@@ -65,14 +83,14 @@ async def measure_layout(layout: Layout, buckets: tuple[int, ...], seed: int) ->
     return out
 
 
-async def measure(buckets: tuple[int, ...]) -> dict[str, Any]:
+async def measure(buckets: tuple[int, ...], backend: str = "builtin") -> dict[str, Any]:
     layouts = layouts_for(TOTAL_CORES)
     rows = []
     for layout in layouts:
-        tput = await measure_layout(layout, buckets, seed=1)
+        tput = await measure_layout(layout, buckets, seed=1, backend=backend)
         rows += [ProfileRow(layout, ctx, NUM_PROMPTS * GROUP_SIZE, t) for ctx, t in tput.items()]
     profile = LayoutProfile(rows)
-    check = {layout: await measure_layout(layout, buckets, seed=2) for layout in layouts}
+    check = {lay: await measure_layout(lay, buckets, seed=2, backend=backend) for lay in layouts}
     gain = {
         str(ctx): check[profile.best(ctx)][ctx] / check[profile.worst(ctx)][ctx] for ctx in buckets
     }
@@ -84,12 +102,15 @@ async def measure(buckets: tuple[int, ...]) -> dict[str, Any]:
             for ctx, t in row.items()
         ],
         "worst": {str(ctx): profile.worst(ctx).name for ctx in buckets},
+        "backend": backend,
     }
 
 
-def run(json_path: str | None, quick: bool = False) -> dict[str, Any]:
+def run(json_path: str | None, quick: bool = False, backend: str = "builtin") -> dict[str, Any]:
     buckets = (64, 128) if quick else BUCKETS
-    result = anyio.run(measure, buckets)
+    result = anyio.run(measure, buckets, backend)
+    unit = "servers x tp-size" if backend == "sglang" else "instances x threads"
+    print(f"backend {backend}: layouts are {unit}")
     print(f"{'layout':>7} {'ctx':>5} {'batch':>5} {'tok/s':>8}")
     for row in result["profile"]:
         print(

@@ -158,7 +158,7 @@ class ControlRoutes:
                 "max_running_requests": i.max_batch,
                 "max_prefill_tokens": i.max_prefill_tokens,
                 "dp_size": 1,
-                "tp_size": 1,
+                "tp_size": i.tp_size,
                 "incremental_streaming_output": i.incremental_streaming_output,
                 "disaggregation_mode": "null",
                 "speculative_algorithm": None,

@@ -21,3 +21,4 @@ class ServerInfo:
     kv_bytes_per_token: int = 0
     weight_bytes: int = 0
     incremental_streaming_output: bool = False
+    tp_size: int = 1  # intra-op threads: the CPU analogue of tensor parallelism

@@ -42,7 +42,9 @@ log = structlog.get_logger()
 class ServeOptions:
     """``max_batch`` .. ``max_prefill_tokens``: the engine's (``EngineConfig``);
     ``eos_token_id`` None = the HF config's, else the default task's when the vocabularies
-    match; ``num_threads`` torch threads; ``step_delay_s`` a pause after every engine step
+    match; ``num_threads`` torch threads (``--tp-size``: intra-op threads split each matmul
+    the way tensor parallelism splits it across GPUs; ``/server_info`` reports it as
+    ``tp_size``); ``step_delay_s`` a pause after every engine step
     (a latency knob, like SGLang's mock worker's, for tests and fault drills)."""
 
     model_path: str = ""
@@ -194,6 +196,7 @@ def _build(options: ServeOptions, port: int) -> tuple[EngineBridge, ServerInfo]:
         kv_bytes_per_token=model.config.kv_bytes_per_token,
         weight_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
         incremental_streaming_output=options.incremental_streaming_output,
+        tp_size=options.num_threads,
     )
     log.info("serve_started", **json.loads(json.dumps(dataclasses.asdict(info))))
     return bridge, info

@@ -136,7 +136,7 @@ class SGLangEngine:
             )
         port = o.base_port + self.index if o.base_port else free_port(o.host)
         self.url = f"http://{o.host}:{port}"
-        args = fill_command(o.command, model=path, host=o.host, port=port)
+        args = fill_command(o.command, model=path, host=o.host, port=port, tp_size=o.tp_size)
         self.server = ServerProcess(args, self.url, self._dir() / f"server-{self.index}.log")
         log.info("sglang_launching", args=args)
         await self.server.start(o.start_timeout_s)

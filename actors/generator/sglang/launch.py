@@ -1,7 +1,7 @@
 """ServerProcess: an SGLang-compatible server this generator launched, and its end.
 
-The command line is the options' template with `{python}`, `{model}`, `{host}` and
-`{port}` filled in. The server runs in its own session (so stopping it reaches its
+The command line is the options' template with `{python}`, `{model}`, `{host}`, `{port}`
+and `{tp_size}` filled in. The server runs in its own session (so stopping it reaches its
 children), its output goes to a log file, and it counts as started once
 `/health_generate` answers 200. A server that exits or does not become healthy within the
 start timeout raises `ServerLaunchError` with the tail of its log.
@@ -42,8 +42,13 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def fill_command(template: tuple[str, ...], *, model: str, host: str, port: int) -> list[str]:
-    values = {"python": sys.executable, "model": model, "host": host, "port": str(port)}
+def fill_command(
+    template: tuple[str, ...], *, model: str, host: str, port: int, tp_size: int = 1
+) -> list[str]:
+    values = {
+        "python": sys.executable, "model": model, "host": host, "port": str(port),
+        "tp_size": str(tp_size),
+    }  # fmt: skip
     return [arg.format(**values) for arg in template]
 
 

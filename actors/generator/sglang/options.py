@@ -1,9 +1,10 @@
 """SGLangOptions: where a generator's SGLang server is, or how to launch it.
 
 Attach: `urls` lists one server per generator (generator i drives `urls[i]`). Launch: with
-no `urls`, generator i runs `command` with `{python}`, `{model}`, `{host}` and `{port}`
-filled in (port `base_port + i`; 0 picks a free port), waits for `/health_generate` and
-stops the server on exit. The default command is SGLang's own launcher; `seer serve`
+no `urls`, generator i runs `command` with `{python}`, `{model}`, `{host}`, `{port}` and
+`{tp_size}` filled in (port `base_port + i`; 0 picks a free port; `tp_size`: GPUs per
+server, intra-op threads for `seer serve`), waits for `/health_generate` and stops the
+server on exit. The default command is SGLang's own launcher; `seer serve`
 fits the same slot on a CPU.
 """
 
@@ -15,7 +16,7 @@ from actors.options import check, check_positive
 
 DEFAULT_COMMAND = (
     "{python}", "-m", "sglang.launch_server", "--model-path", "{model}",
-    "--host", "{host}", "--port", "{port}",
+    "--host", "{host}", "--port", "{port}", "--tp-size", "{tp_size}",
 )  # fmt: skip
 
 
@@ -47,6 +48,7 @@ class SGLangOptions:
     start_timeout_s: float = 600.0
     weights_dir: str = ""
     max_connections: int = 512
+    tp_size: int = 1  # the `{tp_size}` of a launched server's command (a layout's threads)
 
     def __post_init__(self) -> None:
         check_positive(
@@ -58,6 +60,7 @@ class SGLangOptions:
             "load_timeout_s",
             "start_timeout_s",
             "max_connections",
+            "tp_size",
         )
         for url in self.urls:
             ok = url.startswith(("http://", "https://"))
