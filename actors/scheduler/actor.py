@@ -29,6 +29,7 @@ no work until a publication reaches it.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -159,8 +160,8 @@ class SchedulerActor(Actor):
         if not 1 <= msg.num_ranks <= self.num_peers("trainer"):
             have = self.num_peers("trainer")
             raise StreamError(f"{msg.num_ranks} trainer ranks asked, the topology has {have}")
+        await anyio.to_thread.run_sync(self._import_streaming)  # at once if done at start
         load_scorer(self.opts.scorer, msg.task)  # fail now, not on the first sample
-        import actors.trainer.dispatcher  # noqa: F401  (torch loads now, not mid-rollout)
 
         self.streams = {msg.rollout_id: msg}  # one rollout at a time
 
@@ -441,7 +442,18 @@ class SchedulerActor(Actor):
         return self.last_loads[instance]
 
     async def on_start(self) -> None:
+        if self.opts.scorer and self.num_peers("trainer") > 1:  # direct dispatch likely:
+            await anyio.to_thread.run_sync(self._import_streaming)  # imports before ready
         self.start_soon(self._watch_generators)
+
+    def _import_streaming(self) -> None:
+        """The scorer's module and the dispatcher (torch) take seconds to import: do it at
+        start rather than inside the first streamed rollout."""
+        importlib.import_module("actors.trainer.dispatcher")
+        try:
+            importlib.import_module(self.opts.scorer.partition(":")[0])
+        except ImportError as exc:  # a streamed rollout is refused with the reason
+            self.log.warning("scorer_unavailable", scorer=self.opts.scorer, error=str(exc))
 
     async def _watch_generators(self) -> None:
         """A generator that stops answering loses no sample: its running chunks go back to

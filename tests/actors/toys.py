@@ -10,7 +10,16 @@ import torch
 from actors.base import Actor, ActorContext, Handler
 from actors.generator.actor import GeneratorActor
 from actors.generator.engine import ChunkResult
-from transport.messages import ChunkFinished, Message, TensorBlob
+from actors.trainer.dispatch import ShardBuffer
+from transport.messages import (
+    ChunkFinished,
+    GroupAdvantages,
+    Message,
+    SampleDispatched,
+    ShardLayout,
+    TensorBlob,
+    TrainReport,
+)
 
 
 class Doubler(Actor):
@@ -71,3 +80,34 @@ class DuplicatingGenerator(GeneratorActor):
             load=self.load_info(),
         )
         await self.send_to("scheduler", 0, bogus)
+
+
+class ShardRank(Actor):
+    """A trainer rank without torch.distributed: collects what the dispatcher streams with
+    the real receiving side (`ShardBuffer`) and answers a `ShardLayout` with what it holds
+    (`ShardBuffer.take` raises on anything missing, extra or without advantages)."""
+
+    role = "trainer"
+
+    def __init__(self, ctx: ActorContext) -> None:
+        super().__init__(ctx)
+        self.buffer = ShardBuffer()
+
+    def handlers(self) -> Mapping[type[Message], Handler]:
+        return {
+            SampleDispatched: self.handle_sample_dispatched,
+            GroupAdvantages: self.handle_group_advantages,
+            ShardLayout: self.handle_shard_layout,
+        }
+
+    async def handle_sample_dispatched(self, msg: SampleDispatched) -> None:
+        self.buffer.add_sample(msg.iteration, msg.sample)
+
+    async def handle_group_advantages(self, msg: GroupAdvantages) -> None:
+        self.buffer.add_advantages(msg)
+
+    async def handle_shard_layout(self, msg: ShardLayout) -> TrainReport:
+        shard = self.buffer.take(msg)
+        tokens = sum(len(s.completion_ids) for s in shard.samples)
+        stats = {"num_local_samples": float(len(shard.samples)), "num_tokens": float(tokens)}
+        return TrainReport(iteration=msg.iteration, version=0, stats=stats)

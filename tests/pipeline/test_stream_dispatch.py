@@ -2,7 +2,8 @@
 it finishes and sends it straight to its rank) against the driver path (the driver gathers,
 scores, then sends) on the same seeds, over real processes: the same rewards, the same loss
 and gradient norm within float tolerance, the same weight versions; every sample reaches
-exactly one rank; the driver of the direct path never holds a token."""
+exactly one rank; the driver of the direct path never holds a token. A rank that dies
+fails the next streamed rollout with a reason naming it."""
 
 from __future__ import annotations
 
@@ -10,14 +11,22 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import anyio
+import numpy as np
 import pytest
 
 import tests.pipeline.toytask  # noqa: F401  (registers the say7 task here too)
+from actors.drafts.options import SpecConfig
 from actors.generator import GeneratorOptions
 from actors.model import ModelOptions
+from pipeline.config import ActorGroup, Topology
+from pipeline.ranks import stream_spec, train_streamed
 from pipeline.rl_config import RunConfig
-from pipeline.rollout.api import Rollout
+from pipeline.rollout.api import Rollout, RolloutError, rollout_config
 from pipeline.run import train
+from pipeline.tasks import get_task
+from tests.pipeline.tiny import TINY_MODEL
+from transport.messages import PromptSpec, SamplingSpec, StreamToRanks
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -35,7 +44,7 @@ def config(tmp_path: Path, dispatch: str) -> RunConfig:
         prompts_per_iteration=PROMPTS,
         group_size=GROUP,
         max_new_tokens=6,
-        generator=GeneratorOptions(model=MODEL, max_batch=16),
+        generator=GeneratorOptions(model=MODEL, max_batch=16, spec=SpecConfig(mode="off")),
         warm_start_steps=0,
         eval_prompts=0,
         lr=3e-2,
@@ -96,3 +105,55 @@ async def test_direct_dispatch_trains_like_the_driver_path(
 def test_dispatch_option_is_checked() -> None:
     with pytest.raises(ValueError, match="dispatch"):
         dataclasses.replace(RunConfig(), dispatch="scatter")  # type: ignore[arg-type]
+
+
+@pytest.mark.timeout(180)
+async def test_a_streamed_rollout_fills_every_shard_and_a_dead_rank_fails_it(
+    tmp_path: Path,
+) -> None:
+    """Ranks that only hold what they receive (`ShardRank`, the real `ShardBuffer`): each
+    rank's shard is complete against its layout; then rank 1 is killed and the next
+    streamed rollout fails with a reason naming it instead of losing its samples."""
+    task = get_task("countdown")
+    gen = {
+        "model": TINY_MODEL | {"vocab_size": task.vocab_size},
+        "max_batch": 8, "spec": {"mode": "off"}, "eos_token_id": task.eos_token_id,
+    }  # fmt: skip
+    base = rollout_config(
+        num_generators=1, generator=gen, scheduler={"scorer": RunConfig().scorer},
+        run_dir=str(tmp_path),
+    )  # fmt: skip
+    ranks = ActorGroup(role="trainer", kind="tests.actors.toys:ShardRank", count=2)
+    config = dataclasses.replace(base, topology=Topology(actors=(*base.topology.actors, ranks)))
+    prompts = task.sample_prompts(PROMPTS, np.random.default_rng(0))
+    ids = [f"q{i}" for i in range(PROMPTS)]
+    specs = [
+        PromptSpec(prompt_id=i, token_ids=p.token_ids) for i, p in zip(ids, prompts, strict=True)
+    ]
+    sampling = SamplingSpec(max_new_tokens=8, seed=1, stop_token_ids=(task.eos_token_id,))
+
+    def announce(iteration: int) -> StreamToRanks:
+        return stream_spec(
+            task, ids, prompts, iteration=iteration, num_ranks=2, group_size=GROUP,
+            expected_version=0,
+        )  # fmt: skip
+
+    async with Rollout(config, mode="local") as rollout:
+        result = await rollout.generate_with_record(specs, GROUP, sampling, stream=announce(0))
+        assert result.stream is not None
+        reports = await train_streamed(
+            rollout, result.stream, iteration=0, expected_version=0, sampling=sampling
+        )
+        held = [int(r.stats["num_local_samples"]) for r in reports]
+        assert held == [len(ids) for ids in result.stream.rank_request_ids]
+        assert sum(held) == PROMPTS * GROUP
+        assert [r.stats["num_tokens"] for r in reports] == list(result.stream.num_tokens)
+
+        assert rollout.cluster is not None
+        victim = rollout.cluster.status[("trainer", 1)].process
+        assert victim is not None
+        victim.kill()
+        victim.wait(10)
+        await anyio.sleep(0.5)
+        with pytest.raises(RolloutError, match="rank 1"):
+            await rollout.generate_with_record(specs, GROUP, sampling, stream=announce(1))
