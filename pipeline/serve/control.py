@@ -28,7 +28,6 @@ from pipeline.serve.info import API_VERSION, ServerInfo
 from pipeline.serve.protocol import ContractError, GenerateSpec
 
 log = structlog.get_logger()
-HEALTH_TIMEOUT_S = 20.0
 LOAD_SECTIONS = frozenset({"core", "memory", "spec", "lora", "disagg", "queues", "all"})
 
 
@@ -223,13 +222,21 @@ class ControlRoutes:
         )
 
     async def health(self, request: Request) -> Response:
+        """As SGLang 0.5.23's one handler for both routes: a 1-token request that passes
+        when the engine produces anything within the health-check timeout. While paused it
+        waits at the pause like any ``/generate`` (SGLang's tokenizer manager blocks it
+        there and nothing runs), so it answers 200 only if generation continues in time,
+        else 503 when the timeout ends."""
         if not self.bridge.is_alive:
             return Response(status_code=503)
-        if self.bridge.paused is not None:  # the engine is held on purpose; its thread lives
-            return Response(status_code=200)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.info.health_check_timeout_s
+        if not await self.bridge.wait_unpaused(self.info.health_check_timeout_s):
+            log.warning("serve_health_paused", timeout_s=self.info.health_check_timeout_s)
+            return Response(status_code=503)
         # as SGLang: any output of the scheduler within the timeout passes, so a full batch
         # does not make a health request wait behind it
-        progressed = await self.bridge.wait_for_step(HEALTH_TIMEOUT_S)
+        progressed = await self.bridge.wait_for_step(max(deadline - loop.time(), 0.0))
         if progressed is not None:
             return Response(status_code=200 if progressed else 503)
         spec = GenerateSpec(
@@ -239,7 +246,7 @@ class ControlRoutes:
             params=SamplingParams(temperature=0.0, ignore_eos=True),
         )
         try:
-            async with asyncio.timeout(HEALTH_TIMEOUT_S):
+            async with asyncio.timeout_at(deadline):
                 sub = await self.bridge.submit(spec)
                 while not any(isinstance(e, Delta | Done) for e in await sub.events.get()):
                     pass
