@@ -50,6 +50,7 @@ class ControlRoutes:
         self.bridge = bridge
         self.info = info
         self._throughput = _Rate()
+        self._unhealthy = False  # SGLang's ServerStatus.UnHealthy: the last check timed out
 
     async def abort_request(self, request: Request) -> Response:
         body = await _json_object(request)
@@ -233,12 +234,12 @@ class ControlRoutes:
         deadline = loop.time() + self.info.health_check_timeout_s
         if not await self.bridge.wait_unpaused(self.info.health_check_timeout_s):
             log.warning("serve_health_paused", timeout_s=self.info.health_check_timeout_s)
-            return Response(status_code=503)
+            return self._health_result(False)
         # as SGLang: any output of the scheduler within the timeout passes, so a full batch
         # does not make a health request wait behind it
         progressed = await self.bridge.wait_for_step(max(deadline - loop.time(), 0.0))
         if progressed is not None:
-            return Response(status_code=200 if progressed else 503)
+            return self._health_result(progressed)
         spec = GenerateSpec(
             rid=f"HEALTH_CHECK_{uuid.uuid4().hex}",
             input_ids=(0,),
@@ -252,11 +253,17 @@ class ControlRoutes:
                     pass
         except (TimeoutError, EngineError):
             await self.bridge.abort(spec.rid)
-            return Response(status_code=503)
-        return Response(status_code=200)
+            return self._health_result(False)
+        return self._health_result(True)
+
+    def _health_result(self, passed: bool) -> Response:
+        """As SGLang: a failed check leaves the server unhealthy (`/ready` 503) until one
+        passes."""
+        self._unhealthy = not passed
+        return Response(status_code=200 if passed else 503)
 
     async def ready(self, request: Request) -> Response:
-        if self.bridge.paused is not None or not self.bridge.is_alive:
+        if self.bridge.paused is not None or not self.bridge.is_alive or self._unhealthy:
             return JSONResponse({"status": "not ready", "paused": self.bridge.paused}, 503)
         return JSONResponse({"status": "ready"})
 

@@ -74,6 +74,7 @@ def test_a_paused_server_fails_its_health_check_when_the_timeout_ends(
         assert http.get("/ready").status_code == 503
         assert http.get("/v1/loads").status_code == 200  # telemetry still answers
         assert http.post("/continue_generation", json={}).status_code == 200
+        assert http.get("/ready").status_code == 503  # unhealthy until a check passes
         assert http.get("/health_generate").status_code == 200
         assert http.get("/ready").status_code == 200
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -134,3 +136,16 @@ def test_rollouts_through_the_router_equal_direct_ones_and_run_where_placed(
             assert Counter(request_id(r["rid"]) for r in asked) == placed
 
     anyio.run(main)
+
+
+def test_seer_run_refuses_a_router_without_server_urls(tmp_path: Path) -> None:
+    args = ["run", "--sglang-router", "--out", str(tmp_path / "run")]
+    proc = subprocess.run(  # its own process: the command configures logging globally
+        [sys.executable, "-m", "pipeline.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).parents[2],
+    )
+    assert proc.returncode == 2
+    assert "--sglang-router needs SGLang servers given by URL" in proc.stderr
