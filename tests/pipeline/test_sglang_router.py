@@ -16,11 +16,20 @@ from typing import Any
 import anyio
 import pytest
 
+from actors.generator import ChunkRequest, GeneratorOptions, SamplingParams
+from actors.generator.errors import ServerLostError
+from actors.generator.sglang.engine import SGLangEngine
 from actors.generator.sglang.options import SGLangOptions
-from actors.generator.sglang.router import RouterError, is_registered, worker_index
+from actors.generator.sglang.router import (
+    RouterError,
+    is_registered,
+    is_upstream_failure,
+    worker_index,
+)
 from actors.model import LlamaModel, ModelOptions
 from actors.model.weights import save_model
 from pipeline.rollout.api import Rollout, rollout_config
+from pipeline.serve import ServeOptions, start_server
 from tests.pipeline.sglang_servers import seer_servers
 from tests.pipeline.test_sglang_rollout import GREEDY, PROMPTS, generator, greedy_reference
 from tests.pipeline.tiny import TINY_MODEL
@@ -54,6 +63,17 @@ def test_a_server_is_pinned_by_its_place_in_the_routers_listing() -> None:
         worker_index({"error": "nope"}, "http://h:1")
     assert is_registered(routed, "http://h:2")
     assert not is_registered(listing("http://h:2", healthy=False), "http://h:2")
+
+
+def test_the_routers_own_errors_for_a_silent_worker_mean_a_lost_server() -> None:
+    def body(code: str) -> bytes:
+        return json.dumps({"error": {"type": "x", "code": code, "message": "m"}}).encode()
+
+    assert is_upstream_failure(500, body("call_upstream_request_error"))  # a dead worker
+    assert is_upstream_failure(503, body("no_available_workers"))  # an unhealthy target
+    assert not is_upstream_failure(500, body("internal_error"))
+    assert not is_upstream_failure(400, body("call_upstream_request_error"))
+    assert not is_upstream_failure(500, b"<html>")
 
 
 def test_a_router_url_needs_the_servers_urls() -> None:
@@ -134,6 +154,43 @@ def test_rollouts_through_the_router_equal_direct_ones_and_run_where_placed(
             )
             assert placed, f"the scheduler placed nothing on generator {i}"
             assert Counter(request_id(r["rid"]) for r in asked) == placed
+
+    anyio.run(main)
+
+
+@needs_router
+@pytest.mark.timeout(120)
+def test_a_server_that_dies_behind_the_router_is_lost_not_an_error(
+    model_path: str, tmp_path: Path
+) -> None:
+    """The router answers 500 `call_upstream_request_error` for a dead worker: the engine
+    must treat it as a lost server (its chunks re-queued), not as a refused chunk."""
+    from actors.generator.sglang.router import running_router
+
+    options = ServeOptions(eos_token_id=258)
+    server = start_server(model_path, "127.0.0.1", 0, options)
+    req = ChunkRequest("c;", (3, 4, 5), 4, params=SamplingParams(temperature=0.0))
+
+    async def main() -> None:
+        try:
+            async with running_router([server.url], tmp_path / "router.log") as router_url:
+                opts = SGLangOptions(urls=(server.url,), router_url=router_url)
+                gen = GeneratorOptions(
+                    backend="sglang",
+                    sglang=opts,
+                    eos_token_id=258,
+                    model=ModelOptions(**TINY_MODEL, path=model_path),
+                )
+                engine = SGLangEngine(gen)
+                with anyio.fail_after(60):
+                    await engine.start()
+                    assert len((await engine.generate(req)).token_ids) == 4
+                    server.stop()
+                    with pytest.raises(ServerLostError, match="HTTP 500"):
+                        await engine.generate(dataclasses.replace(req, request_id="d;"))
+                await engine.aclose()
+        finally:
+            server.stop()
 
     anyio.run(main)
 

@@ -17,6 +17,7 @@ import httpx
 
 from actors.generator.errors import ServerError, ServerLostError
 from actors.generator.sglang.protocol import error_message, parse_version
+from actors.generator.sglang.router import is_upstream_failure
 
 LOST_STATUS = frozenset({502, 503, 504})
 
@@ -80,7 +81,10 @@ class SGLangClient:
             raise ServerLostError(f"{where}: no answer in time ({exc!r})") from None
         except httpx.TransportError as exc:
             raise ServerLostError(f"{where}: {type(exc).__name__}: {exc}") from None
-        if resp.status_code in LOST_STATUS:
+        routed = bool(self._generate_headers) and path == self._generate_url
+        if resp.status_code in LOST_STATUS or (
+            routed and is_upstream_failure(resp.status_code, resp.content)
+        ):
             raise ServerLostError(
                 f"{where}: {error_message(resp.status_code, resp.content)}"
             )

@@ -16,7 +16,10 @@ listing once it starts (`worker_index`), and the list must not change during a r
 and pins routing keys to workers it picks itself, so `python -m
 actors.generator.sglang.router` starts the router through `sglang_router`'s Python API with
 `consistent_hashing`, retries and the circuit breaker off (a failing server reaches the
-backend's lost-server path at once), and no worker; `register_workers` adds them.
+backend's lost-server path at once), and no worker; `register_workers` adds them. The
+router answers for a worker that does not: a dead one is a 500 `call_upstream_*`, an
+unhealthy one a 503 `no_available_workers`; the client maps both (`is_upstream_failure`) to
+a lost server, as a refused connection would be without the router.
 
 The router asks each worker for `/health` (every `health_check_interval_secs`),
 `/server_info` and `/model_info` (at registration); `seer serve` answers all three. It
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -43,6 +47,10 @@ from actors.generator.sglang.launch import ServerProcess, free_port
 
 TARGET_HEADER = "X-SMG-Target-Worker"
 POLICY = "consistent_hashing"
+# the router's own error codes for "the worker did not answer" (a dead worker is a 500
+# `call_upstream_request_error`, an unhealthy or unknown target a 503
+# `no_available_workers`): the server is lost, as if it had been called directly
+LOST_CODES = frozenset({"no_available_workers", "timeout"})
 
 
 class RouterError(ServerError):
@@ -65,6 +73,19 @@ def worker_index(listing: Any, url: str) -> int:
     if normalize_url(url) not in urls:
         raise RouterError(f"the router does not list {url} (it lists {urls})")
     return urls.index(normalize_url(url))
+
+
+def is_upstream_failure(status: int, body: bytes) -> bool:
+    """Whether the router's error response says the worker itself failed to answer."""
+    if status < 500:
+        return False
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return False
+    err = data.get("error") if isinstance(data, dict) else None
+    code = err.get("code") if isinstance(err, dict) else None
+    return isinstance(code, str) and (code.startswith("call_upstream_") or code in LOST_CODES)
 
 
 def is_registered(listing: Any, url: str) -> bool:
