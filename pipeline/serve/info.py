@@ -21,3 +21,5 @@ class ServerInfo:
     kv_bytes_per_token: int = 0
     weight_bytes: int = 0
     incremental_streaming_output: bool = False
+    # SGLANG_HEALTH_CHECK_TIMEOUT: how long /health_generate waits for the engine's output
+    health_check_timeout_s: float = 20.0
