@@ -4,14 +4,18 @@
 `command=` (a template with `{python}`, `{model}`, `{host}`, `{port}`, `{tp_size}`) makes
 each generator launch its own server instead (SGLang's launcher by default; `seer serve`
 on a CPU). The same fields map from TOML: `[generator] backend = "sglang"` and a
-`[generator.sglang]` table (`actors.generator.sglang.SGLangOptions`).
+`[generator.sglang]` table (`actors.generator.sglang.SGLangOptions`). `routed(options, log)`
+starts SGLang's router in front of the attached servers for as long as it lasts (`seer run
+--sglang-router`); TOML can name a router that already runs: `router_url = "..."`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from actors.generator import GeneratorOptions
@@ -52,3 +56,16 @@ def server_start_s(generator: Mapping[str, Any]) -> float:
     if sglang.get("urls"):
         return 0.0
     return float(sglang.get("start_timeout_s", SGLangOptions.start_timeout_s)) + 60.0
+
+
+@contextlib.asynccontextmanager
+async def routed(options: GeneratorOptions, log_path: Path) -> AsyncIterator[GeneratorOptions]:
+    """`options` with SGLang's router launched in front of its servers (`sglang.urls`, which
+    it needs): `/generate` goes through it, pinned to each generator's own server."""
+    from actors.generator.sglang.router import running_router
+
+    if options.backend != "sglang" or not options.sglang.urls:
+        raise ValueError("SGLang's router needs the sglang backend attached to servers by URL")
+    async with running_router(options.sglang.urls, log_path) as url:
+        sglang = dataclasses.replace(options.sglang, router_url=url)
+        yield dataclasses.replace(options, sglang=sglang)

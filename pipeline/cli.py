@@ -6,6 +6,8 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 BENCHES = {
     "transport": "pipeline.bench.transport",
@@ -26,7 +28,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import dataclasses
     import time
     import tomllib
-    from pathlib import Path
 
     import anyio
     from rich.console import Console
@@ -69,12 +70,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
             changes["num_generators"] = len(gen.sglang.urls)
     out = args.out or f"runs/run-{time.strftime('%Y%m%d-%H%M%S')}"
     cfg = dataclasses.replace(cfg, out_dir=out, **changes)
+    gen = cfg.generator
+    if args.sglang_router and not (gen.backend == "sglang" and gen.sglang.urls):
+        raise ValueError("--sglang-router needs SGLang servers given by URL (--sglang-url)")
     console.print(
         f"[bold]seer run[/]: {cfg.task}, {cfg.iterations} iterations x "
         f"{cfg.prompts_per_iteration} prompts x {cfg.group_size} samples, policy "
         f"{cfg.policy or 'context_aware'}, {cfg.num_generators} generators; run folder {out}"
     )
-    rows = anyio.run(train, cfg, LiveReport(console))
+    if args.sglang_router:
+        rows = anyio.run(_train_routed, cfg, LiveReport(console))
+    else:
+        rows = anyio.run(train, cfg, LiveReport(console))
     folder = Path(out)
     plot_rewards(rows, folder / "reward.png")
     trace = folder / "last-rollout" / "trace.json"
@@ -215,6 +222,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _train_routed(cfg: Any, report: Any) -> Any:
+    """`train` with SGLang's router in front of the run's servers (its log in the run folder)."""
+    import dataclasses
+
+    from pipeline.backend import routed
+    from pipeline.run import train
+
+    log = Path(cfg.out_dir) / "sglang-router.log"
+    async with routed(cfg.generator, log) as gen:
+        return await train(dataclasses.replace(cfg, generator=gen), report)
+
+
 def _cmd_profile(args: argparse.Namespace) -> int:
     from pipeline.sim import profile
 
@@ -292,6 +311,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="sglang: launch each generator's server with this command line ({python}, "
         "{model}, {host}, {port}, {tp_size} filled in; default: python -m "
         "sglang.launch_server ...)",
+    )
+    run.add_argument(
+        "--sglang-router",
+        action="store_true",
+        help="sglang: start SGLang's router (seer-rl[router]) in front of the --sglang-url "
+        "servers; /generate goes through it, pinned to the server our scheduler chose",
     )
     run.set_defaults(fn=_cmd_run)
     roll = sub.add_parser("rollout", help="one benchmark rollout: Seer scheduler vs baseline")

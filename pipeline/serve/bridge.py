@@ -224,6 +224,15 @@ class EngineBridge:
             num_input_cache_hits=self._num_input_cache_hits,
         )
 
+    async def wait_unpaused(self, timeout_s: float) -> bool:
+        """Whether the server is (or becomes) unpaused within ``timeout_s``."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while self.paused is not None:
+            if asyncio.get_running_loop().time() >= deadline:
+                return False
+            await asyncio.sleep(0.01)
+        return True
+
     async def wait_for_step(self, timeout_s: float) -> bool | None:
         """With requests in the engine: whether it completes a step within ``timeout_s``.
         None when it has none (then only a request of one's own can tell)."""

@@ -28,7 +28,6 @@ from pipeline.serve.info import API_VERSION, ServerInfo
 from pipeline.serve.protocol import ContractError, GenerateSpec
 
 log = structlog.get_logger()
-HEALTH_TIMEOUT_S = 20.0
 LOAD_SECTIONS = frozenset({"core", "memory", "spec", "lora", "disagg", "queues", "all"})
 
 
@@ -51,6 +50,7 @@ class ControlRoutes:
         self.bridge = bridge
         self.info = info
         self._throughput = _Rate()
+        self._unhealthy = False  # SGLang's ServerStatus.UnHealthy: the last check timed out
 
     async def abort_request(self, request: Request) -> Response:
         body = await _json_object(request)
@@ -223,15 +223,23 @@ class ControlRoutes:
         )
 
     async def health(self, request: Request) -> Response:
+        """As SGLang 0.5.23's one handler for both routes: a 1-token request that passes
+        when the engine produces anything within the health-check timeout. While paused it
+        waits at the pause like any ``/generate`` (SGLang's tokenizer manager blocks it
+        there and nothing runs), so it answers 200 only if generation continues in time,
+        else 503 when the timeout ends."""
         if not self.bridge.is_alive:
             return Response(status_code=503)
-        if self.bridge.paused is not None:  # the engine is held on purpose; its thread lives
-            return Response(status_code=200)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.info.health_check_timeout_s
+        if not await self.bridge.wait_unpaused(self.info.health_check_timeout_s):
+            log.warning("serve_health_paused", timeout_s=self.info.health_check_timeout_s)
+            return self._health_result(False)
         # as SGLang: any output of the scheduler within the timeout passes, so a full batch
         # does not make a health request wait behind it
-        progressed = await self.bridge.wait_for_step(HEALTH_TIMEOUT_S)
+        progressed = await self.bridge.wait_for_step(max(deadline - loop.time(), 0.0))
         if progressed is not None:
-            return Response(status_code=200 if progressed else 503)
+            return self._health_result(progressed)
         spec = GenerateSpec(
             rid=f"HEALTH_CHECK_{uuid.uuid4().hex}",
             input_ids=(0,),
@@ -239,17 +247,23 @@ class ControlRoutes:
             params=SamplingParams(temperature=0.0, ignore_eos=True),
         )
         try:
-            async with asyncio.timeout(HEALTH_TIMEOUT_S):
+            async with asyncio.timeout_at(deadline):
                 sub = await self.bridge.submit(spec)
                 while not any(isinstance(e, Delta | Done) for e in await sub.events.get()):
                     pass
         except (TimeoutError, EngineError):
             await self.bridge.abort(spec.rid)
-            return Response(status_code=503)
-        return Response(status_code=200)
+            return self._health_result(False)
+        return self._health_result(True)
+
+    def _health_result(self, passed: bool) -> Response:
+        """As SGLang: a failed check leaves the server unhealthy (`/ready` 503) until one
+        passes."""
+        self._unhealthy = not passed
+        return Response(status_code=200 if passed else 503)
 
     async def ready(self, request: Request) -> Response:
-        if self.bridge.paused is not None or not self.bridge.is_alive:
+        if self.bridge.paused is not None or not self.bridge.is_alive or self._unhealthy:
             return JSONResponse({"status": "not ready", "paused": self.bridge.paused}, 503)
         return JSONResponse({"status": "ready"})
 

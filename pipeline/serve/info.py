@@ -22,3 +22,5 @@ class ServerInfo:
     weight_bytes: int = 0
     incremental_streaming_output: bool = False
     tp_size: int = 1  # intra-op threads: the CPU analogue of tensor parallelism
+    # SGLANG_HEALTH_CHECK_TIMEOUT: how long /health_generate waits for the engine's output
+    health_check_timeout_s: float = 20.0

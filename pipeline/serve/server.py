@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,18 @@ from pipeline.serve.bridge import EngineBridge
 from pipeline.serve.paths import weights_path
 
 log = structlog.get_logger()
+
+
+def health_check_timeout_from_env() -> float:
+    """SGLang reads its health-check timeout from SGLANG_HEALTH_CHECK_TIMEOUT (20 s)."""
+    raw = os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"SGLANG_HEALTH_CHECK_TIMEOUT must be a number, got {raw!r}") from None
+    if not value > 0:
+        raise ValueError(f"SGLANG_HEALTH_CHECK_TIMEOUT must be > 0, got {raw!r}")
+    return value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +73,8 @@ class ServeOptions:
     step_delay_s: float = 0.0  # sleep after every engine step: slows the server on purpose
     api_key: str = ""  # "" = open; else SGLang's --api-key (Authorization: Bearer <key>)
     incremental_streaming_output: bool = False  # stream frames carry only new tokens
+    # /health_generate's wait for engine output (SGLang: SGLANG_HEALTH_CHECK_TIMEOUT, 20 s)
+    health_check_timeout_s: float = field(default_factory=health_check_timeout_from_env)
 
 
 @dataclass
@@ -197,6 +212,7 @@ def _build(options: ServeOptions, port: int) -> tuple[EngineBridge, ServerInfo]:
         weight_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
         incremental_streaming_output=options.incremental_streaming_output,
         tp_size=options.num_threads,
+        health_check_timeout_s=options.health_check_timeout_s,
     )
     log.info("serve_started", **json.loads(json.dumps(dataclasses.asdict(info))))
     return bridge, info

@@ -6,11 +6,16 @@ SGLang's message when it fails, as SGLang 0.5.22+'s contract gate answers) and e
 non-streaming response with `GenerateResponse` (a 500 naming the fault when it fails), so a
 test that drives the SGLang backend against these servers fails on any request or response
 outside the contract.
+
+With `SEER_SERVE_RID_DIR=DIR` in its environment it also appends one JSON line per valid
+`/generate` request to `DIR/<its port>.jsonl` (`rid`, and the `user-agent` it came with):
+what this very server was asked to run, for tests that check where each chunk ran.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -39,6 +44,7 @@ class SchemaGate:
         except ValueError as exc:
             await _answer(send, 400, {"error": f"SGLang schema: {exc}"})
             return
+        _log_rid(scope, request)
         if request.get("stream"):
             await self.app(scope, _replay(body, receive), send)
             return
@@ -61,6 +67,17 @@ class SchemaGate:
                 return
         await send(start)
         await send({"type": "http.response.body", "body": out, "more_body": False})
+
+
+def _log_rid(scope: Scope, request: dict[str, Any]) -> None:
+    folder = os.environ.get("SEER_SERVE_RID_DIR")
+    if not folder:
+        return
+    headers = dict(scope.get("headers") or ())
+    agent = headers.get(b"user-agent", b"").decode("latin-1")
+    port = scope["server"][1]
+    with open(os.path.join(folder, f"{port}.jsonl"), "a") as log:
+        log.write(json.dumps({"rid": request.get("rid"), "user_agent": agent}) + "\n")
 
 
 def _replay(body: bytes, receive: Any) -> Any:

@@ -3,7 +3,8 @@
 Every call maps failures the same way: 502/503/504, a refused or reset connection and a
 timeout raise `ServerLostError` (the server is not serving); any other non-2xx status
 raises `ServerError` with the server's message; a 2xx body that is not JSON raises
-`ServerError`. Control calls go to the server itself, never through a router.
+`ServerError`. Control calls go to the server itself, never through a router; only
+`/generate` may (`route_via`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import httpx
 
 from actors.generator.errors import ServerError, ServerLostError
 from actors.generator.sglang.protocol import error_message, parse_version
+from actors.generator.sglang.router import is_upstream_failure
 
 LOST_STATUS = frozenset({502, 503, 504})
 
@@ -32,6 +34,11 @@ class SGLangClient:
         event_hooks: Mapping[str, list[Callable[..., Any]]] | None = None,
     ) -> None:
         self.url = url
+        # our own pauses (weight updates): a health probe that overlaps one proves nothing
+        self.num_pauses = 0  # begun so far
+        self.is_paused = False  # one is under way (from before the pause until continued)
+        self._generate_url = "/generate"  # or a router's, with the header that pins it here
+        self._generate_headers: dict[str, str] = {}
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.http = httpx.AsyncClient(
             base_url=url,
@@ -43,6 +50,11 @@ class SGLangClient:
             event_hooks=dict(event_hooks or {}),
         )
 
+    def route_via(self, router_url: str, headers: Mapping[str, str]) -> None:
+        """Send `/generate` to `router_url` with `headers` (which pin it to this server)."""
+        self._generate_url = f"{router_url.rstrip('/')}/generate"
+        self._generate_headers = dict(headers)
+
     async def aclose(self) -> None:
         await self.http.aclose()
 
@@ -53,20 +65,28 @@ class SGLangClient:
         body: dict[str, Any] | None = None,
         *,
         timeout: float | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Any:
-        """One request; the decoded JSON body (None for an empty one)."""
+        """One request to `path` (on this server, or an absolute URL); the decoded JSON
+        body (None for an empty one)."""
         content = json.dumps(body).encode() if body is not None else None
-        headers = {"Content-Type": "application/json"} if content is not None else None
+        headers = dict(headers or {})
+        if content is not None:
+            headers["Content-Type"] = "application/json"
         extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        where = path if "://" in path else f"{self.url}{path}"
         try:
             resp = await self.http.request(method, path, content=content, headers=headers, **extra)
         except httpx.TimeoutException as exc:
-            raise ServerLostError(f"{self.url}{path}: no answer in time ({exc!r})") from None
+            raise ServerLostError(f"{where}: no answer in time ({exc!r})") from None
         except httpx.TransportError as exc:
-            raise ServerLostError(f"{self.url}{path}: {type(exc).__name__}: {exc}") from None
-        if resp.status_code in LOST_STATUS:
+            raise ServerLostError(f"{where}: {type(exc).__name__}: {exc}") from None
+        routed = bool(self._generate_headers) and path == self._generate_url
+        if resp.status_code in LOST_STATUS or (
+            routed and is_upstream_failure(resp.status_code, resp.content)
+        ):
             raise ServerLostError(
-                f"{self.url}{path}: {error_message(resp.status_code, resp.content)}"
+                f"{where}: {error_message(resp.status_code, resp.content)}"
             )
         if not 200 <= resp.status_code < 300:
             raise ServerError(f"{path}: {error_message(resp.status_code, resp.content)}")
@@ -79,7 +99,9 @@ class SGLangClient:
             raise ServerError(f"{path}: the server answered with non-JSON {text!r}") from None
 
     async def generate(self, body: dict[str, Any]) -> Any:
-        return await self.call("POST", "/generate", body)
+        return await self.call(
+            "POST", self._generate_url, body, headers=self._generate_headers
+        )
 
     async def abort(self, rid: str) -> None:
         await self.call("POST", "/abort_request", {"rid": rid})
@@ -89,6 +111,10 @@ class SGLangClient:
 
     async def loads(self, timeout: float) -> Any:
         return await self.call("GET", "/v1/loads?include=core", timeout=timeout)
+
+    async def router_workers(self, router_url: str, timeout: float) -> Any:
+        """A router's `GET /workers` listing."""
+        return await self.call("GET", f"{router_url.rstrip('/')}/workers", timeout=timeout)
 
     async def model_info(self, timeout: float) -> dict[str, Any]:
         info = await self.call("GET", "/model_info", timeout=timeout)
@@ -114,14 +140,23 @@ class SGLangClient:
 
     async def update_weights_from_disk(self, model_path: str, version: int) -> None:
         """pause (abort) -> update_weights_from_disk -> continue; `success` checked, and
-        the version verified with `/model_info`."""
-        await self.call("POST", "/pause_generation", {"mode": "abort"})
+        the version verified with `/model_info`. `is_paused` holds throughout."""
+        self.num_pauses += 1
+        self.is_paused = True
         try:
-            body = {"model_path": model_path, "weight_version": str(version), "flush_cache": True}
-            reply = await self.call("POST", "/update_weights_from_disk", body)
-            _check_success("/update_weights_from_disk", reply)
+            await self.call("POST", "/pause_generation", {"mode": "abort"})
+            try:
+                body = {
+                    "model_path": model_path,
+                    "weight_version": str(version),
+                    "flush_cache": True,
+                }
+                reply = await self.call("POST", "/update_weights_from_disk", body)
+                _check_success("/update_weights_from_disk", reply)
+            finally:
+                await self.call("POST", "/continue_generation", {})
         finally:
-            await self.call("POST", "/continue_generation", {})
+            self.is_paused = False
         held = await self.weight_version(timeout=30.0)
         if held != version:
             raise ServerError(

@@ -12,6 +12,10 @@ chunks are in flight) drops the chunks it held: they are not reported, the next 
 committed progress, and the calls still waiting on that server are cancelled so no late
 result arrives. The engine serves again once `/health_generate` passes.
 
+Router: with `router_url`, `/generate` goes through SGLang's router, pinned to this
+engine's server by its index in the router's worker list (`router.py`); every control
+call still goes to the server.
+
 Weights: a published state dict is written as a Hugging Face folder and loaded with
 pause -> `/update_weights_from_disk` (with `weight_version`) -> continue, then verified
 with `/model_info`. A path is loaded as is. Speculation is the server's own business: the
@@ -45,6 +49,7 @@ from actors.generator.sglang.protocol import (
     sum_loads,
     validate_chunk,
 )
+from actors.generator.sglang.router import TARGET_HEADER, worker_index
 from actors.generator.sglang.weights import is_hf_folder, model_config_of, write_hf_folder
 
 log = structlog.get_logger()
@@ -111,6 +116,8 @@ class SGLangEngine:
             max_connections=o.max_connections,
             event_hooks=self.event_hooks,
         )
+        if o.router_url:
+            await self._route_via(o.router_url)
         info = await self.client.server_info(timeout=30.0)
         ctx = info.get("context_length")
         if not o.context_len and isinstance(ctx, int) and ctx > 0:
@@ -119,6 +126,14 @@ class SGLangEngine:
             await self.client.set_weight_version(self._version)
         await self.check()
         log.info("sglang_attached", url=self.url, context_len=self.context_len)
+
+    async def _route_via(self, router_url: str) -> None:
+        """`/generate` through the router, pinned to this server by its index there."""
+        assert self.url is not None
+        listing = await self.client.router_workers(router_url, timeout=30.0)
+        index = worker_index(listing, self.url)
+        self.client.route_via(router_url, {TARGET_HEADER: str(index)})
+        log.info("sglang_routed", url=self.url, router=router_url, index=index)
 
     async def _launch(self) -> None:
         o, model = self.opts, self.options.model
@@ -246,20 +261,25 @@ class SGLangEngine:
 
     async def watch(self) -> None:
         """While chunks are in flight, probe `/health_generate` every interval: a server
-        that stops answering is lost even when no chunk fails (a hung server)."""
+        that stops answering is lost even when no chunk fails (a hung server). Not while
+        we pause it ourselves for a weight update: SGLang holds the probe at the pause and
+        answers 503 after its health-check timeout, which is no fault."""
         o = self.opts
         while True:
             if not self._flights and self._lost is None:
                 self._busy = anyio.Event()
                 await self._busy.wait()
             await anyio.sleep(o.health_interval_s)
-            if not self._flights or self._num_unreported:
+            if not self._flights or self._num_unreported or self.client.is_paused:
                 continue
+            pauses = self.client.num_pauses
             try:
                 await self.client.health_generate(o.health_timeout_s)
                 self._sums = sum_loads(await self.client.loads(o.health_timeout_s))
             except (ServerLostError, ServerError) as exc:
-                if self._flights:  # the chunks in flight count as lost
+                if self.client.is_paused or self.client.num_pauses != pauses:
+                    log.info("sglang_health_during_pause", url=self.url, error=str(exc))
+                elif self._flights:  # the chunks in flight count as lost
                     self._drop(f"health check failed: {exc}")
 
     # ---- weights -------------------------------------------------------------------------

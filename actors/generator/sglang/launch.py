@@ -53,10 +53,13 @@ def fill_command(
 
 
 class ServerProcess:
-    def __init__(self, args: list[str], url: str, log_path: Path) -> None:
+    def __init__(
+        self, args: list[str], url: str, log_path: Path, *, health_path: str = "/health_generate"
+    ) -> None:
         self.args = args
         self.url = url
         self.log_path = log_path
+        self.health_path = health_path  # 200 here = started
         self.proc: subprocess.Popen[bytes] | None = None
 
     async def start(self, timeout_s: float) -> None:
@@ -75,7 +78,7 @@ class ServerProcess:
             )
 
     async def wait_healthy(self, timeout_s: float) -> None:
-        """Until `/health_generate` answers 200; `ServerLaunchError` when the server exits
+        """Until the health path answers 200; `ServerLaunchError` when the server exits
         or the time is up (then it is stopped)."""
         assert self.proc is not None, "spawn() first"
         deadline = time.monotonic() + timeout_s
@@ -86,7 +89,7 @@ class ServerProcess:
                         f"server exited with {self.proc.returncode}: {self.args}\n{self.log_tail()}"
                     )
                 with contextlib.suppress(httpx.HTTPError):
-                    if (await http.get("/health_generate")).status_code == 200:
+                    if (await http.get(self.health_path)).status_code == 200:
                         return
                 if time.monotonic() > deadline:
                     self.stop()

@@ -6,6 +6,10 @@ no `urls`, generator i runs `command` with `{python}`, `{model}`, `{host}`, `{po
 server, intra-op threads for `seer serve`), waits for `/health_generate` and stops the
 server on exit. The default command is SGLang's own launcher; `seer serve`
 fits the same slot on a CPU.
+
+Router: with `router_url` (attach mode only), `/generate` goes through SGLang's router
+there, pinned to this generator's server (`router.py`); every other call goes to the
+server itself.
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ class SGLangOptions:
     below the scheduler's `health_timeout_s`). `start_timeout_s`: a launched
     server's start. `weights_dir`: where published weights are written as Hugging Face
     folders for `/update_weights_from_disk` (the server must see it; "" = a temporary
-    folder). `max_connections`: the HTTP pool (chunks in flight at once)."""
+    folder). `max_connections`: the HTTP pool (chunks in flight at once). `router_url`:
+    send `/generate` through this SGLang router, which must list every server in `urls`
+    (`router.running_router` starts one); "" = straight to the server."""
 
     urls: tuple[str, ...] = ()
     command: tuple[str, ...] = DEFAULT_COMMAND
@@ -49,6 +55,7 @@ class SGLangOptions:
     weights_dir: str = ""
     max_connections: int = 512
     tp_size: int = 1  # the `{tp_size}` of a launched server's command (a layout's threads)
+    router_url: str = ""
 
     def __post_init__(self) -> None:
         check_positive(
@@ -66,6 +73,10 @@ class SGLangOptions:
             ok = url.startswith(("http://", "https://"))
             check(ok, "SGLangOptions.urls", "http(s):// URLs", url)
         check(bool(self.urls or self.command), "SGLangOptions", "given urls or a command", "")
+        if self.router_url:
+            ok = self.router_url.startswith(("http://", "https://"))
+            check(ok, "SGLangOptions.router_url", "an http(s):// URL", self.router_url)
+            check(bool(self.urls), "SGLangOptions.router_url", "used with urls", self.urls)
         check(0 <= self.base_port <= 65535, "SGLangOptions.base_port", "0..65535", self.base_port)
         check(self.context_len >= 0, "SGLangOptions.context_len", ">= 0", self.context_len)
 
