@@ -22,7 +22,10 @@ class SchedulerOptions:
     one starved request promoted per this many dispatches. `health_interval_s` /
     `health_timeout_s`: how often generators with work are asked for their load, and how
     long before one counts as lost (1 s and 3 s: a frozen generator is noticed within about
-    4 s; engine steps run off the generator's event loop, so a busy one still answers)."""
+    4 s; engine steps run off the generator's event loop, so a busy one still answers).
+    During a rollout lost generators are probed at the same pace: one that answers with
+    the current weights is back; one with older weights gets them from the trainer first
+    (`republish_timeout_s` bounds that call)."""
 
     policy: str = "context_aware"
     chunk_size: int = 128
@@ -33,6 +36,7 @@ class SchedulerOptions:
     starvation_every: int = 8
     health_interval_s: float = 1.0
     health_timeout_s: float = 3.0
+    republish_timeout_s: float = 300.0
     growth_reserve: int | None = None
 
     def __post_init__(self) -> None:
@@ -45,6 +49,7 @@ class SchedulerOptions:
             "starvation_every",
             "health_interval_s",
             "health_timeout_s",
+            "republish_timeout_s",
         )
         hw = self.kv_high_watermark
         check(0 < hw <= 1, "SchedulerOptions.kv_high_watermark", "in (0, 1]", hw)
