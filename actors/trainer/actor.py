@@ -95,8 +95,12 @@ class TrainerActor(Actor):
         return self.rank_env.rank == 0
 
     async def on_start(self) -> None:
-        env, timeout = self.rank_env, self.opts.dist_timeout_s
-        await anyio.to_thread.run_sync(lambda: init_ranks(env, timeout_s=timeout))
+        env, o = self.rank_env, self.opts
+        await anyio.to_thread.run_sync(
+            lambda: init_ranks(
+                env, timeout_s=o.dist_timeout_s, collective_timeout_s=o.collective_timeout_s
+            )
+        )
         self.log.info("rank_joined", rank=env.rank, world_size=env.world_size)
         self.trainer = await anyio.to_thread.run_sync(self._build)
 
