@@ -12,15 +12,26 @@ each) and samples reach them by one of two paths (`RunConfig.dispatch`):
   every sample from here to its rank (`train_across_ranks`, the same `Dispatcher`).
 
 Either way the ranks take one data-parallel step and rank 0 publishes the weights.
+
+A rank that dies or hangs fails the iteration within seconds with `RankLost` naming it:
+while it dispatches (driver path) and trains (both paths), the driver watches every rank
+(its process, its heartbeat: `Cluster.trouble`), so a rank that exits, stops, or stays
+silent for `silent_after_s` ends the step; a send or call that fails because a rank died is
+reported as that rank's loss too (not as the survivor whose collective then broke). The
+survivors' own collectives time out after `TrainerOptions.collective_timeout_s`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+import anyio
 
 from actors.trainer.batch import TrainSample
-from actors.trainer.dispatch import DispatchError, sample_data
+from actors.trainer.dispatch import DispatchError, RankLost, sample_data
 from actors.trainer.dispatcher import Dispatcher, train_layouts
+from pipeline.launch import Cluster
 from pipeline.rollout import Rollout
 from pipeline.rollout.api import Group
 from pipeline.tasks import Task, TaskPrompt
@@ -46,8 +57,10 @@ async def train_across_ranks(
     prompts: Sequence[TaskPrompt],
     groups: Sequence[Group],
     sampling: SamplingSpec,
+    silent_after_s: float = 10.0,
 ) -> list[TrainReport]:
-    """Dispatch one iteration's scored samples to the ranks and train; every rank's report."""
+    """Dispatch one iteration's scored samples to the ranks and train; every rank's report.
+    Raises `RankLost` when a rank dies or goes silent meanwhile."""
     cluster = rollout.cluster
     if cluster is None:
         raise RuntimeError("use `async with Rollout(...)` first")
@@ -60,19 +73,23 @@ async def train_across_ranks(
         sampling=sampling,
         train_timeout_s=rollout.timeout_s,
     )
-    for prompt, group in zip(prompts, groups, strict=True):
-        for s in group.samples:
-            sample = TrainSample(
-                prompt_ids=prompt.token_ids,
-                completion_ids=s.token_ids,
-                old_logprobs=s.logprobs,
-                reward=task.reward(prompt, s.token_ids),
-                group_id=s.group_id,
-                weight_versions=s.weight_versions,
-                request_id=s.request_id,
-            )
-            await dispatcher.send(sample_data(sample), is_error=s.finish_reason == "error")
-    reports = await dispatcher.finish()
+
+    async def dispatch_and_train() -> list[TrainReport]:
+        for prompt, group in zip(prompts, groups, strict=True):
+            for s in group.samples:
+                sample = TrainSample(
+                    prompt_ids=prompt.token_ids,
+                    completion_ids=s.token_ids,
+                    old_logprobs=s.logprobs,
+                    reward=task.reward(prompt, s.token_ids),
+                    group_id=s.group_id,
+                    weight_versions=s.weight_versions,
+                    request_id=s.request_id,
+                )
+                await dispatcher.send(sample_data(sample), is_error=s.finish_reason == "error")
+        return await dispatcher.finish()
+
+    reports = await watch_ranks(cluster, num_ranks, dispatch_and_train, silent_after_s)
     versions = {r.version for r in reports}
     if len(versions) != 1:
         raise DispatchError(f"trainer ranks disagree on the version after the step: {versions}")
@@ -109,6 +126,7 @@ async def train_streamed(
     iteration: int,
     expected_version: int,
     sampling: SamplingSpec,
+    silent_after_s: float = 10.0,
 ) -> list[TrainReport]:
     """The ranks already hold their samples (streamed by the scheduler): each learns its
     layout and they train; every rank's report, in rank order."""
@@ -129,7 +147,11 @@ async def train_streamed(
         )
         for rank, ids in enumerate(summary.rank_request_ids)
     ]
-    reports = await train_layouts(cluster.mailbox, layouts, "trainer", rollout.timeout_s)
+
+    async def train() -> list[TrainReport]:
+        return await train_layouts(cluster.mailbox, layouts, "trainer", rollout.timeout_s)
+
+    reports = await watch_ranks(cluster, len(layouts), train, silent_after_s)
     versions = {r.version for r in reports}
     if len(versions) != 1:
         raise DispatchError(f"trainer ranks disagree on the version after the step: {versions}")
@@ -144,3 +166,69 @@ async def load_on_every_rank(rollout: Rollout, num_ranks: int, path: str) -> Tra
     report = replies[0]
     assert isinstance(report, TrainReport)
     return report
+
+
+T = TypeVar("T")
+WATCH_S = 0.25  # how often the ranks are checked
+GRACE_S = 2.0  # after a failed send / call: how long a dying rank may take to show as gone
+
+
+async def watch_ranks(
+    cluster: Cluster,
+    num_ranks: int,
+    work: Callable[[], Awaitable[T]],
+    silent_after_s: float = 10.0,
+    role: str = "trainer",
+) -> T:
+    """`work()`'s result, unless a rank dies, stops or stays silent for `silent_after_s`
+    first: then `work` is cancelled and `RankLost` names the rank. When `work` fails with a
+    `DispatchError` and a rank turns out to be gone (within `GRACE_S`), that rank's loss is
+    raised instead (a dead peer also breaks the survivors' collectives)."""
+
+    async def lost_rank() -> RankLost | None:
+        await cluster.poll_control()
+        for rank in range(num_ranks):
+            trouble = cluster.trouble(role, rank, silent_after_s)
+            if trouble:
+                return RankLost(rank, trouble)
+        return None
+
+    results: list[T] = []
+    lost: list[RankLost] = []
+
+    async def run(scope: anyio.CancelScope) -> None:
+        results.append(await work())
+        scope.cancel()
+
+    async def watch(scope: anyio.CancelScope) -> None:
+        while True:
+            await anyio.sleep(WATCH_S)
+            found = await lost_rank()
+            if found is not None:
+                lost.append(found)
+                scope.cancel()
+                return
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run, tg.cancel_scope)
+            tg.start_soon(watch, tg.cancel_scope)
+    except BaseExceptionGroup as group:
+        first = _first_leaf(group)
+        if not isinstance(first, DispatchError):
+            raise first from None
+        found = None
+        with anyio.move_on_after(GRACE_S):
+            while (found := await lost_rank()) is None:
+                await anyio.sleep(WATCH_S)
+        if found is not None:
+            raise found from first
+        raise first from None
+    if lost:
+        raise lost[0]
+    return results[0]
+
+
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first

@@ -516,9 +516,9 @@ class WeightsBucket(Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WeightsPublished(Message):
-    """Driver -> scheduler: the weight version every new chunk must be generated with;
-    `missed`: generators that did not take it (unreachable): they get no work until a
-    later publication reaches them."""
+    """Publisher -> scheduler: the weight version every new chunk must be generated with;
+    `missed`: generators that did not take it (unreachable): they get no work until the
+    current weights reach them. Also the trainer's answer to `RepublishWeights`."""
 
     version: int
     missed: tuple[int, ...] = ()
@@ -535,6 +535,15 @@ class LiveGenerators(Message):
     """Scheduler -> publisher: the generators that answer (possibly none)."""
 
     instances: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RepublishWeights(Message):
+    """Scheduler -> trainer (call): generator `instance` answers again but holds an older
+    weight version than the current one; push it the current weights (answered with
+    `WeightsPublished` naming the version sent, once the generator has swapped)."""
+
+    instance: int
 
 
 # --- drafts: generators <-> draft-tree store (Seer's DGDS) ----------------------------
@@ -766,6 +775,7 @@ REGISTRY: Final[dict[int, type[Message]]] = {
     43: WeightsPublished,
     44: GetLiveGenerators,
     45: LiveGenerators,
+    46: RepublishWeights,
     50: TrainStep,
     51: TrainReport,
     52: SaveCheckpoint,

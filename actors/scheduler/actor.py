@@ -21,9 +21,14 @@ that cannot reach its rank fails the rollout with a reason naming the rank.
 
 No stall on a dead peer: the estimator and the draft store are best-effort peers (their
 messages are offered and dropped when their queue is full); a chunk that cannot reach its
-generator (`PeerGone`) marks the generator lost and re-queues its work. Weights: a
-generator that missed a publication (or comes back from the dead with other weights) gets
-no work until a publication reaches it.
+generator (`PeerGone`) marks the generator lost and re-queues its work.
+
+Weights: a generator that missed a publication (or comes back from the dead with other
+weights) gets no work until it holds the current version. During a rollout the lost
+generators are probed as often as the busy ones; one that answers is back at once if it
+holds the current weights, and otherwise the trainer (when the topology has one) is asked
+to push them to it (`RepublishWeights`), after which it is back within the same rollout.
+Without a trainer (weights published by the driver) it waits for the next publication.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from transport.messages import (
     LoadReport,
     Message,
     PeerLost,
+    RepublishWeights,
     RequestFinished,
     RequestsAdded,
     RolloutFailed,
@@ -91,6 +97,7 @@ class SchedulerActor(Actor):
         self.num_generators = self.num_peers("generator")
         self.last_loads: dict[int, LoadInfo] = {}
         self.down: set[int] = set()  # generators that stopped answering
+        self.rejoining: set[int] = set()  # lost generators being probed / sent weights
         self.num_refused_results = 0
         # estimates that arrived before their rollout's requests (the estimator can answer
         # `GroupsOpened` before the splitter's `RequestsAdded` gets here): rollout -> group
@@ -128,19 +135,24 @@ class SchedulerActor(Actor):
                     await self._lose(self.current, i, "missed weights")
 
     async def handle_get_live_generators(self, msg: GetLiveGenerators) -> LiveGenerators:
-        """The generators to publish to: the live ones, and lost ones that answer again
-        (they take the new weights and are back; see `_load_or_last`)."""
-        live = []
-        for i in range(self.num_generators):
-            if i not in self.down:
-                live.append(i)
-                continue
+        """The generators to publish to: every one that answers a probe now (all probed at
+        once; a frozen one costs `health_timeout_s`, not the publisher's long call). Lost
+        ones that answer take the new weights and are back (see `_load_or_last`)."""
+        answers: dict[int, bool] = {}
+
+        async def probe(i: int) -> None:
             try:
                 await self._load(i, timeout=self.opts.health_timeout_s)
             except TransportError:
-                continue
-            live.append(i)
-        return LiveGenerators(instances=tuple(live))
+                answers[i] = False
+            else:
+                answers[i] = True
+
+        async with anyio.create_task_group() as tg:
+            for i in range(self.num_generators):
+                tg.start_soon(probe, i)
+        live = tuple(i for i in range(self.num_generators) if answers.get(i))
+        return LiveGenerators(instances=live)
 
     async def handle_peer_lost(self, msg: PeerLost) -> None:
         """A launcher saw a generator die (Ray's liveness): the path of a generator that
@@ -430,12 +442,7 @@ class SchedulerActor(Actor):
                 self.down.discard(instance)
                 self.log.warning("generator_back", instance=instance)
             elif instance in self.down:  # no work before the current weights reach it
-                self.log.warning(
-                    "generator_back_stale_weights",
-                    instance=instance,
-                    has=report.weight_version,
-                    current=self.weight_version,
-                )
+                self._rejoin_soon(instance)
             return report
         if instance not in self.last_loads:
             raise RuntimeError(f"generator {instance} is not answering")
@@ -455,6 +462,40 @@ class SchedulerActor(Actor):
         except ImportError as exc:  # a streamed rollout is refused with the reason
             self.log.warning("scorer_unavailable", scorer=self.opts.scorer, error=str(exc))
 
+    def _rejoin_soon(self, instance: int) -> None:
+        if instance not in self.rejoining:
+            self.rejoining.add(instance)
+            self.start_soon(self._rejoin, instance)
+
+    async def _rejoin(self, instance: int) -> None:
+        """Bring lost generator `instance` back if it answers: with the current weights at
+        once, with older ones after the trainer pushed the current ones to it."""
+        try:
+            load = await self._load(instance, timeout=self.opts.health_timeout_s)
+            if load.weight_version != self.weight_version and self.has_peer("trainer"):
+                self.log.warning(
+                    "generator_back_stale_weights",
+                    instance=instance,
+                    has=load.weight_version,
+                    current=self.weight_version,
+                )
+                ask = RepublishWeights(instance=instance)
+                await self.call("trainer", 0, ask, timeout=self.opts.republish_timeout_s)
+                load = await self._load(instance, timeout=self.opts.health_timeout_s)
+        except TransportError as exc:  # still lost (or the trainer could not): next probe
+            self.log.info("generator_still_lost", instance=instance, error=str(exc))
+            return
+        finally:
+            self.rejoining.discard(instance)
+        if instance not in self.down or load.weight_version != self.weight_version:
+            return  # older weights and no trainer: the next publication brings it back
+        self.down.discard(instance)
+        self.log.warning("generator_back", instance=instance, version=load.weight_version)
+        run = self.current
+        if run is not None:
+            run.core.update_load(instance_load(load))  # up again for the core too
+            await self._send_chunks()
+
     async def _watch_generators(self) -> None:
         """A generator that stops answering loses no sample: its running chunks go back to
         the buffer from their last committed progress and run elsewhere."""
@@ -463,6 +504,8 @@ class SchedulerActor(Actor):
             run = self.current
             if run is None:
                 continue
+            for i in self.down:
+                self._rejoin_soon(i)
             for i in range(self.num_generators):
                 if i in self.down or not run.core.projected_load(i).num_running:
                     continue

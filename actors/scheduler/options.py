@@ -25,7 +25,10 @@ class SchedulerOptions:
     4 s; engine steps run off the generator's event loop, so a busy one still answers).
     `scorer`: import path ("package.module:function") of a factory that takes a task name and
     returns its reward function, for rollouts streamed straight to the trainer ranks
-    (`StreamToRanks`); "" = this scheduler does not score."""
+    (`StreamToRanks`); "" = this scheduler does not score.
+    During a rollout lost generators are probed at the same pace: one that answers with
+    the current weights is back; one with older weights gets them from the trainer first
+    (`republish_timeout_s` bounds that call)."""
 
     policy: str = "context_aware"
     chunk_size: int = 128
@@ -36,6 +39,7 @@ class SchedulerOptions:
     starvation_every: int = 8
     health_interval_s: float = 1.0
     health_timeout_s: float = 3.0
+    republish_timeout_s: float = 300.0
     growth_reserve: int | None = None
     scorer: str = ""
 
@@ -49,6 +53,7 @@ class SchedulerOptions:
             "starvation_every",
             "health_interval_s",
             "health_timeout_s",
+            "republish_timeout_s",
         )
         hw = self.kv_high_watermark
         check(0 < hw <= 1, "SchedulerOptions.kv_high_watermark", "in (0, 1]", hw)

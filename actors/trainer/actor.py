@@ -16,6 +16,11 @@ GPU; rank = the actor's index). Samples then arrive from the data dispatcher
 (`RankedGRPOTrainer.step_shard`); only rank 0 publishes weights. A rank whose shard does not
 match its layout fails the step on every rank (the ranks agree before training). Every rank
 loads a checkpoint; rank 0 saves them.
+
+`RepublishWeights` (scheduler, a call): a generator that missed a publication answers
+again; the publisher (rank 0) pushes it the current weights and answers with the version
+sent. Messages are served one at a time, so this never runs during a step: it waits for
+the step and its publication to end, then sends the weights of that step.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from actors.trainer.core import SamplingTransform
 from actors.trainer.dispatch import DispatchError, ShardBuffer, imbalance
 from actors.trainer.options import TrainerOptions
 from actors.trainer.parallel import RankedGRPOTrainer
-from actors.trainer.publish import publish_weights
+from actors.trainer.publish import publish_to, publish_weights
 from actors.trainer.ranks import RankEnv, close_ranks, init_ranks
 from actors.trainer.wire import train_sample
 from transport.messages import (
@@ -42,11 +47,13 @@ from transport.messages import (
     GroupAdvantages,
     LoadCheckpoint,
     Message,
+    RepublishWeights,
     SampleDispatched,
     SaveCheckpoint,
     ShardLayout,
     TrainReport,
     TrainStep,
+    WeightsPublished,
 )
 
 
@@ -69,6 +76,7 @@ class TrainerActor(Actor):
             ShardLayout: self.handle_shard_layout,
             SaveCheckpoint: self.handle_save_checkpoint,
             LoadCheckpoint: self.handle_load_checkpoint,
+            RepublishWeights: self.handle_republish_weights,
         }
 
     def _rank_env(self) -> RankEnv:
@@ -87,8 +95,12 @@ class TrainerActor(Actor):
         return self.rank_env.rank == 0
 
     async def on_start(self) -> None:
-        env, timeout = self.rank_env, self.opts.dist_timeout_s
-        await anyio.to_thread.run_sync(lambda: init_ranks(env, timeout_s=timeout))
+        env, o = self.rank_env, self.opts
+        await anyio.to_thread.run_sync(
+            lambda: init_ranks(
+                env, timeout_s=o.dist_timeout_s, collective_timeout_s=o.collective_timeout_s
+            )
+        )
         self.log.info("rank_joined", rank=env.rank, world_size=env.world_size)
         self.trainer = await anyio.to_thread.run_sync(self._build)
 
@@ -191,6 +203,23 @@ class TrainerActor(Actor):
             bucket_bytes=self.opts.bucket_bytes,
             notify_scheduler=self.has_peer("scheduler"),
         )
+
+    async def handle_republish_weights(self, msg: RepublishWeights) -> WeightsPublished:
+        """The current weights to generator `msg.instance` alone (it missed them)."""
+        trainer = self._core()
+        if not self.is_publisher:
+            raise ValueError(f"trainer rank {self.rank_env.rank} does not publish; ask rank 0")
+        if not 0 <= msg.instance < self.num_peers("generator"):
+            raise ValueError(f"no generator {msg.instance} in the topology")
+        await publish_to(
+            self.mailbox,
+            trainer.state_dict(),
+            trainer.version,
+            msg.instance,
+            bucket_bytes=self.opts.bucket_bytes,
+        )
+        self.log.info("weights_republished", generator=msg.instance, version=trainer.version)
+        return WeightsPublished(version=trainer.version)
 
     async def handle_save_checkpoint(self, msg: SaveCheckpoint) -> Ack:
         trainer = self._core()

@@ -39,6 +39,15 @@ class DispatchError(RuntimeError):
     """A sample could not reach its rank, or a rank's shard does not match its layout."""
 
 
+class RankLost(DispatchError):
+    """Trainer rank `rank` died or went silent during an iteration's dispatch or step."""
+
+    def __init__(self, rank: int, reason: str) -> None:
+        super().__init__(f"trainer rank {rank} lost: {reason}")
+        self.rank = rank
+        self.reason = reason
+
+
 def lpt_assign(sizes: Sequence[int], num_ranks: int) -> list[int]:
     """Offline LPT: items (largest first) to the least-loaded rank; the rank of each item."""
     if num_ranks < 1:

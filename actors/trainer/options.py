@@ -34,7 +34,9 @@ class TrainerOptions:
     # torch.distributed rendezvous; ignored under torchrun, which sets MASTER_ADDR/PORT
     dist_addr: str = "127.0.0.1"
     dist_port: int = 29500
-    dist_timeout_s: float = 300.0
+    dist_timeout_s: float = 300.0  # joining: ranks may start far apart on a loaded host
+    # each collective: a rank whose peer hangs fails its step after this long
+    collective_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
         check_positive(
@@ -46,6 +48,8 @@ class TrainerOptions:
             "epochs",
             "bucket_bytes",
             "num_threads",
+            "dist_timeout_s",
+            "collective_timeout_s",
         )
         check(self.kl_coef >= 0, "TrainerOptions.kl_coef", ">= 0", self.kl_coef)
         mini = self.mini_batch_size

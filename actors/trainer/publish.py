@@ -6,9 +6,11 @@ when `publish_weights` returns every generator it reached serves the new version
 scheduler is told (`WeightsPublished`, also a call) which version new chunks must carry.
 
 Only live generators are published to: the scheduler names them (`GetLiveGenerators`; it
-probes the ones it declared lost). A generator that fails during publication is skipped,
-not fatal: the scheduler hears it `missed` the version and gives it no work until a later
-publication reaches it. No live generator at all is not an error either.
+probes every generator). A generator that fails during publication is skipped, not fatal:
+the scheduler hears it `missed` the version and gives it no work until the current weights
+reach it: when it answers again, the scheduler asks the trainer to push them to that one
+generator (`RepublishWeights`, served by `publish_to`). No live generator at all is not an
+error either.
 """
 
 from __future__ import annotations
@@ -61,27 +63,42 @@ async def publish_weights(
     parts = list(buckets(state, bucket_bytes))
     if not notify_scheduler:
         for index in range(num_generators):
-            for b, tensors in enumerate(parts):
-                msg = WeightsBucket(
-                    version=version, bucket=b, tensors=tensors, is_last=b == len(parts) - 1
-                )
-                await mailbox.call("generator", index, msg, timeout_s)
+            await _send_parts(mailbox, parts, version, index, timeout_s)
         return ()
     live = await live_generators(mailbox, num_generators, timeout_s)
     missed = [i for i in range(num_generators) if i not in live]
     for index in live:
         try:
-            for b, tensors in enumerate(parts):
-                msg = WeightsBucket(
-                    version=version, bucket=b, tensors=tensors, is_last=b == len(parts) - 1
-                )
-                await mailbox.call("generator", index, msg, timeout_s)
+            await _send_parts(mailbox, parts, version, index, timeout_s)
         except TransportError as exc:
             log.warning("weights_missed", generator=index, version=version, error=str(exc))
             missed.append(index)
     published = WeightsPublished(version=version, missed=tuple(sorted(missed)))
     await mailbox.call("scheduler", 0, published, timeout_s)
     return published.missed
+
+
+async def publish_to(
+    mailbox: Mailbox,
+    state: Mapping[str, torch.Tensor],
+    version: int,
+    index: int,
+    *,
+    bucket_bytes: int = 16 << 20,
+    timeout_s: float = 300.0,
+) -> None:
+    """Publish `version` to generator `index` alone (one that missed it and came back);
+    returns once it has swapped. The scheduler is not notified: it asked, and it checks
+    the version the generator then reports."""
+    await _send_parts(mailbox, list(buckets(state, bucket_bytes)), version, index, timeout_s)
+
+
+async def _send_parts(
+    mailbox: Mailbox, parts: list[dict[str, Array]], version: int, index: int, timeout_s: float
+) -> None:
+    for b, tensors in enumerate(parts):
+        msg = WeightsBucket(version=version, bucket=b, tensors=tensors, is_last=b == len(parts) - 1)
+        await mailbox.call("generator", index, msg, timeout_s)
 
 
 async def live_generators(mailbox: Mailbox, num_generators: int, timeout_s: float) -> list[int]:

@@ -6,6 +6,13 @@ code runs under ``torchrun`` or under our launcher (which sets the same variable
 topology: rank = the actor's index, world size = the count of trainer actors). The backend
 is gloo on CPU and NCCL for CUDA tensors when CUDA is available. One rank (``WORLD_SIZE`` 1
 or unset) needs no process group at all: every collective below is then the identity.
+
+Two timeouts: joining (`init_ranks`' `timeout_s`: ranks may start far apart on a loaded
+host) and each collective (`collective_timeout_s`, shorter): the collectives run on a group
+of their own made with it, so a rank whose peer hangs (frozen, or on a host that vanished
+without closing its sockets) fails its step with `RankError` instead of waiting out the
+join timeout. A peer that dies on the same host is noticed at once (gloo's connection
+closes); the driver also watches the ranks (`pipeline.ranks`).
 """
 
 from __future__ import annotations
@@ -68,8 +75,20 @@ def default_backend() -> str:
     return "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
 
 
-def init_ranks(env: RankEnv, *, backend: str | None = None, timeout_s: float = 120.0) -> None:
-    """Join the process group of ``env`` (blocks until every rank has joined)."""
+_collectives: dist.ProcessGroup | None = None  # every rank, with the collective timeout
+
+
+def init_ranks(
+    env: RankEnv,
+    *,
+    backend: str | None = None,
+    timeout_s: float = 120.0,
+    collective_timeout_s: float | None = None,
+) -> None:
+    """Join the process group of ``env`` (blocks until every rank has joined, at most
+    ``timeout_s``); collectives then time out after ``collective_timeout_s`` (None: the
+    join timeout)."""
+    global _collectives
     if env.world_size == 1 or dist.is_initialized():
         return
     try:
@@ -80,11 +99,16 @@ def init_ranks(env: RankEnv, *, backend: str | None = None, timeout_s: float = 1
             world_size=env.world_size,
             timeout=datetime.timedelta(seconds=timeout_s),
         )
+        if collective_timeout_s is not None:
+            timeout = datetime.timedelta(seconds=collective_timeout_s)
+            _collectives = dist.new_group(timeout=timeout)
     except Exception as exc:  # torch raises several unrelated types here
         raise RankError(f"rank {env.rank}/{env.world_size} could not join: {exc}") from exc
 
 
 def close_ranks() -> None:
+    global _collectives
+    _collectives = None
     if dist.is_initialized():
         dist.destroy_process_group()
 
@@ -96,11 +120,20 @@ def is_distributed() -> bool:
 def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
     """Sum of ``values`` over every rank (in place, also returned)."""
     if is_distributed():
-        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+        _all_reduce(values, dist.ReduceOp.SUM)
     return values
 
 
 def all_reduce_min(values: torch.Tensor) -> torch.Tensor:
     if is_distributed():
-        dist.all_reduce(values, op=dist.ReduceOp.MIN)
+        _all_reduce(values, dist.ReduceOp.MIN)
     return values
+
+
+def _all_reduce(values: torch.Tensor, op: dist.ReduceOp.RedOpType) -> None:
+    """One all-reduce; a peer that is gone or hangs past the timeout raises `RankError`."""
+    try:
+        dist.all_reduce(values, op=op, group=_collectives)
+    except RuntimeError as exc:  # gloo: "Connection closed by peer", "Timed out ..."
+        rank = dist.get_rank()
+        raise RankError(f"rank {rank}: a collective failed (a peer is gone?): {exc}") from exc

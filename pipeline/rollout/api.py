@@ -37,6 +37,7 @@ from pipeline.launch import Cluster, launch
 from pipeline.rollout.metrics import compute_metrics, save_metrics
 from pipeline.rollout.plot import plot_timeline
 from pipeline.rollout.trace import save_trace
+from transport.errors import PeerGone
 from transport.messages import (
     Message,
     PromptBatch,
@@ -58,6 +59,12 @@ class RolloutError(RuntimeError):
 class SchedulerLost(RolloutError):
     """The scheduler died, went silent (no heartbeat) or failed handling a message while a
     rollout was running: the rollout cannot finish, and the driver stops waiting for it."""
+
+
+# Actors a run cannot continue without, besides the scheduler: when one dies during a
+# rollout the driver fails at once (`PeerGone`) rather than at its next call to it, an
+# iteration later. Generators, the estimator and the draft store are survivable.
+ESSENTIAL_ROLES = ("splitter", "trainer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +233,8 @@ class Rollout:
         self, cluster: Cluster, rollout_id: str, failed_before: int
     ) -> RolloutFinished:
         """The rollout's result, watching the scheduler meanwhile: `SchedulerLost` within
-        seconds when it dies, goes silent or fails on a message (it would never answer)."""
+        seconds when it dies, goes silent or fails on a message (it would never answer);
+        `PeerGone` when the splitter or the trainer dies (the run could not go on)."""
         deadline = anyio.current_time() + self.timeout_s
         while True:
             try:
@@ -241,11 +249,23 @@ class Rollout:
                     trouble = f"scheduler-0 failed handling {failed - failed_before} message(s)"
                 if trouble:
                     raise SchedulerLost(f"rollout {rollout_id} abandoned: {trouble}") from None
+                trouble = self._essential_trouble(cluster)
+                if trouble:
+                    raise PeerGone(f"rollout {rollout_id} abandoned: {trouble}") from None
                 continue
             if isinstance(msg, RolloutFailed) and msg.rollout_id == rollout_id:
                 raise RolloutError(msg.reason)
             if isinstance(msg, RolloutFinished) and msg.rollout_id == rollout_id:
                 return msg
+
+    def _essential_trouble(self, cluster: Cluster) -> str:
+        """Why an actor of `ESSENTIAL_ROLES` looks dead ("" when none does)."""
+        for role, index in cluster.status:
+            if role in ESSENTIAL_ROLES:
+                trouble = cluster.trouble(role, index, self.scheduler_silence_s)
+                if trouble:
+                    return trouble
+        return ""
 
     def _groups(self, specs: Sequence[PromptSpec], samples: Sequence[SampleResult]) -> list[Group]:
         """Samples by prompt; a sample with any chunk not of the published version (or one
