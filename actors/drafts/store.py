@@ -136,10 +136,13 @@ class DraftStore:
 
     # ---- groups ----------------------------------------------------------------------
     def open_groups(self, rollout_id: str, groups: Iterable[GroupInfo]) -> None:
-        """Open a rollout's groups; groups still open from other rollouts are abandoned."""
+        """Open a rollout's groups; groups still open from other rollouts are abandoned
+        (closed, and with `keep_history` kept as history like any closed group: the
+        scheduler's `GroupsClosed` for the last rollout and the splitter's `GroupsOpened` for
+        the next come from different actors, so the next rollout's groups can open first)."""
         stale = [g for g, log in self.groups.items() if log.rollout_id not in ("", rollout_id)]
         self.counters["groups_abandoned"] += len(stale)
-        self.close_groups(stale, keep=False)
+        self.close_groups(stale)
         for info in groups:
             tail = tuple(info.prompt_tail)
             log = self.groups.get(info.group_id)

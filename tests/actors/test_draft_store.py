@@ -96,6 +96,19 @@ def test_history_seeds_the_next_group_of_the_same_prompt() -> None:
     assert "r1:g0" not in store.groups and store.counters["groups_abandoned"] == 1
 
 
+def test_history_survives_the_next_rollout_opening_before_the_last_one_closed() -> None:
+    """`GroupsClosed` (scheduler) can arrive after the next rollout's `GroupsOpened`
+    (splitter): the abandoned group's responses still seed the next group of its prompt."""
+    store = DraftStore(max_depth=8, keep_history=True)
+    opened(store, "r0:g0", prompt="p")
+    store.append(put("r0:g0", "a", 0, [1, 2, 3]))
+    opened(store, "r1:g0", prompt="p", rollout="r1")  # before r0's GroupsClosed
+    store.close_groups(["r0:g0"])  # the late GroupsClosed: nothing left to close
+    seqs = store.groups["r1:g0"].seqs
+    assert [s.tokens for k, s in seqs.items() if k.startswith(HISTORY_PREFIX)] == [[1, 2, 3]]
+    assert store.counters["groups_abandoned"] == 1
+
+
 def test_appends_before_groups_opened_are_rebuilt_under_the_prompt_tail() -> None:
     store = DraftStore(max_depth=8)
     store.append(put("g", "a", 0, [1, 2]))
