@@ -225,6 +225,7 @@ def _cmd_sim(args: argparse.Namespace) -> int:
             table=args.table,
             drafts=not args.no_drafts,
             traces=args.traces,
+            reprofile=args.reprofile,
         )
     elif args.what == "gap":
         from pipeline.sim import gap
@@ -367,7 +368,12 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--json", help="write the result as JSON here (a PNG beside it)")
     sim.add_argument("--quick", action="store_true", help="validate: the small workload")
     sim.add_argument("--seeds", type=int, default=3, help="validate: live seeds (>= 3)")
-    sim.add_argument("--table", help="validate: a `seer profile` table (default: profile now)")
+    sim.add_argument(
+        "--table", help="validate: a `seer profile` table (default: this machine's cached one)"
+    )
+    sim.add_argument(
+        "--reprofile", action="store_true", help="validate: measure the cached table again"
+    )
     sim.add_argument("--no-drafts", action="store_true", help="validate: skip +drafts runs")
     sim.add_argument("--traces", help="validate: replay the traces in this folder (no live runs)")
     sim.add_argument("--workload", action="append", help="seer: moonlight, qwen2-vl-72b, kimi-k2")
