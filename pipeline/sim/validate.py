@@ -89,6 +89,8 @@ def teacher_forced_error(
         start = time.perf_counter()
         result = engine.step()
         took = time.perf_counter() - start
+        for done in result.finished:  # a finished request's KV goes, as live generators
+            engine.release(done.request_id)  # release it (parked, it inflated the context)
         rows = result.num_decode_rows
         load = engine.load()
         guess = cost.prefill_s(result.num_prefill_tokens)
