@@ -252,6 +252,17 @@ def _cmd_sim(args: argparse.Namespace) -> int:
             table=args.table,
             drafts=not args.no_drafts,
             traces=args.traces,
+            reprofile=args.reprofile,
+        )
+    elif args.what == "gap":
+        from pipeline.sim import gap
+
+        gap.run(
+            args.json,
+            workloads=tuple(args.workload) if args.workload else ("qwen2-vl-72b", "kimi-k2"),
+            scale=args.scale,
+            chunk_size=args.chunk_size or 4096,
+            num_instances=args.instances,
         )
     else:
         from pipeline.sim import seer
@@ -396,12 +407,21 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--json", default="runs/costmodel_cpu.json", help="write the table here")
     prof.add_argument("--quick", action="store_true", help="a small grid (under a minute)")
     prof.set_defaults(fn=_cmd_profile)
-    sim = sub.add_parser("sim", help="the rollout simulator: validate it, or run Seer's scale")
-    sim.add_argument("what", choices=("validate", "seer"))
+    sim = sub.add_parser(
+        "sim",
+        help="the rollout simulator: validate it, run Seer's scale, or split context-aware's "
+        "gap to the oracle into its causes",
+    )
+    sim.add_argument("what", choices=("validate", "seer", "gap"))
     sim.add_argument("--json", help="write the result as JSON here (a PNG beside it)")
     sim.add_argument("--quick", action="store_true", help="validate: the small workload")
     sim.add_argument("--seeds", type=int, default=3, help="validate: live seeds (>= 3)")
-    sim.add_argument("--table", help="validate: a `seer profile` table (default: profile now)")
+    sim.add_argument(
+        "--table", help="validate: a `seer profile` table (default: this machine's cached one)"
+    )
+    sim.add_argument(
+        "--reprofile", action="store_true", help="validate: measure the cached table again"
+    )
     sim.add_argument("--no-drafts", action="store_true", help="validate: skip +drafts runs")
     sim.add_argument("--traces", help="validate: replay the traces in this folder (no live runs)")
     sim.add_argument("--workload", action="append", help="seer: moonlight, qwen2-vl-72b, kimi-k2")

@@ -5,7 +5,8 @@
 (``SimInstance``: batch slots, KV budget, the built-in engine's admission and preemption
 rules) whose step time comes from a ``CostModel`` table. ``seer sim validate`` checks it
 against live rollouts on this machine; ``seer sim seer`` runs Seer's ablation at Seer's
-scale on the H200 tables (results labelled "simulated").
+scale on the H200 tables (results labelled "simulated"); ``seer sim gap`` splits
+context-aware's shortfall against the oracle into its causes.
 """
 
 from pipeline.sim.acceptance import AcceptanceTable, SiblingModel, measure_acceptance

@@ -8,25 +8,42 @@ Writes the simulator's table format (``pipeline.sim.costmodel``), shape ``builti
   drafts through the engine needs a draft source.
 - prefill rows: engine steps that only prefill one request of ``tokens`` new tokens (at
   most ``max_prefill_tokens`` per step, as the engine chunks prefill).
-``--quick``: a small grid for the validation workload (well under a minute on 2 cores).
+Stability: the grid is measured in ``passes`` interleaved passes (every point once per
+pass) and each point's table value is the median over passes, so a burst of load during
+one pass moves no row by much; the table's ``info`` records the load average before and
+after. ``--quick``: a small grid for the validation workload.
+
+Cache (``cached_table``): a table depends on the machine, not on the run, so `seer sim
+validate` profiles once per machine and reuses the file: ``<cache dir>/profiles/<key>.json``
+with the key a hash of everything that determines the table -- the generator (model shape,
+batch, KV budget, threads), the grid, the table format, the torch and Python versions, the
+CPU model and core count. ``refresh=True`` measures again. A cached table measured while
+the load average exceeded the core count is not reused (it describes the load, not the
+machine): the next run measures again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import platform
 import statistics
 import time
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from actors.generator import ChunkRequest, GeneratorOptions, SamplingParams
 from actors.generator.builtin import StepProfile, build_torch_engine
 from actors.generator.builtin.torch_engine import TorchEngine
 from pipeline.config import build_options
 
-__all__ = ["SHAPE", "profile_engine", "run"]
+__all__ = ["SHAPE", "cache_key", "cached_table", "profile_engine", "run"]
 
 SHAPE = "builtin-cpu"
+FORMAT = 2  # bump when the measurement method changes (cached tables then re-measure)
 
 
 def _engine(gen: dict[str, Any]) -> TorchEngine:
@@ -78,46 +95,162 @@ def profile_engine(
     draft_lens: tuple[int, ...] = (0, 1, 2, 4, 8),
     prefills: tuple[int, ...] = (16, 64, 256, 512),
     steps: int = 12,
+    passes: int = 1,
 ) -> dict[str, Any]:
+    if passes < 1:
+        raise ValueError(f"passes must be >= 1, got {passes}")
     engine = _engine(gen)
     _decode_ms(engine, 2, 16, 4)  # warm up
-    rows: list[dict[str, Any]] = []
+    load_before = _load_average()
     start = time.perf_counter()
+    decode: dict[tuple[int, int], list[float]] = {}
+    prefill: dict[int, list[float]] = {}
+    ratios: dict[int, list[dict[tuple[int, int], float]]] = {}
+    for _ in range(passes):  # interleaved: a burst of load hits one sample of each point
+        for ctx in contexts:
+            profile = StepProfile.measure(engine.model, batches, draft_lens, ctx, repeats=3)
+            ratios.setdefault(ctx, []).append(
+                {
+                    (b, g): profile.seconds(b, g) / profile.seconds(b, 0)
+                    for b in batches
+                    for g in draft_lens
+                }
+            )
+            for b in batches:
+                decode.setdefault((b, ctx), []).append(_decode_ms(engine, b, ctx, steps))
+        for n in prefills:
+            prefill.setdefault(n, []).append(_prefill_ms(engine, n))
+    rows: list[dict[str, Any]] = []
     for ctx in contexts:
-        ratios = StepProfile.measure(engine.model, batches, draft_lens, ctx, repeats=3)
         for b in batches:
-            base = _decode_ms(engine, b, ctx, steps)
-            t0 = ratios.seconds(b, 0)
+            base = statistics.median(decode[(b, ctx)])
             for g in draft_lens:
-                ms = base * ratios.seconds(b, g) / t0
+                ratio = statistics.median(r[(b, g)] for r in ratios[ctx])
                 rows.append(
-                    {"shape": SHAPE, "kind": "decode", "B": b, "g": g, "ctx": ctx, "ms": ms}
+                    {
+                        "shape": SHAPE,
+                        "kind": "decode",
+                        "B": b,
+                        "g": g,
+                        "ctx": ctx,
+                        "ms": base * ratio,
+                    }
                 )
     for n in prefills:
-        ms = _prefill_ms(engine, n)
-        rows.append({"shape": SHAPE, "kind": "prefill", "B": 1, "tokens": n, "ms": ms})
+        rows.append(
+            {
+                "shape": SHAPE,
+                "kind": "prefill",
+                "B": 1,
+                "tokens": n,
+                "ms": statistics.median(prefill[n]),
+            }
+        )
+    spread = [(max(v) - min(v)) / statistics.median(v) for v in decode.values() if min(v) > 0]
     info = {
         "device": "cpu (this machine)",
         "generator": gen,
         "seconds": time.perf_counter() - start,
+        "passes": passes,
+        # max - min over passes relative to the median, per decode point: the median point
+        "decode_spread_median": statistics.median(spread) if spread else 0.0,
+        "load_average": [load_before, _load_average()],
     }
     return {"info": info, "rows": rows}
+
+
+def _load_average() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:  # not on every platform
+        return float("nan")
+
+
+def _grid(quick: bool) -> dict[str, Any]:
+    if quick:
+        return {
+            "batches": (1, 2, 4, 8, 16),
+            "contexts": (32, 256, 640),
+            "prefills": (16, 64, 256),
+            "steps": 8,
+            "passes": 3,
+        }
+    return {
+        "batches": (1, 2, 4, 8, 16, 32),
+        "contexts": (32, 128, 256, 512, 900),
+        "steps": 16,
+        "passes": 3,
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cache_key(gen: dict[str, Any], quick: bool) -> str:
+    """A hash of everything a profile's table depends on (see the module docstring)."""
+    what = {
+        "format": FORMAT,
+        "generator": gen,
+        "grid": _grid(quick),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "machine": platform.machine(),
+    }
+    blob = json.dumps(what, sort_keys=True, default=list).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _measured_under_load(path: Path) -> bool:
+    try:
+        loads = json.loads(path.read_text())["info"]["load_average"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return True  # unreadable or from an older format: measure again
+    return bool(max(loads) > (os.cpu_count() or 1))
+
+
+def cache_dir() -> Path:
+    """``$SEER_CACHE_DIR``, else ``$XDG_CACHE_HOME/seer-rl``, else ``~/.cache/seer-rl``."""
+    if os.environ.get("SEER_CACHE_DIR"):
+        return Path(os.environ["SEER_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "seer-rl"
+
+
+def cached_table(
+    gen: dict[str, Any], quick: bool, *, refresh: bool = False, folder: Path | None = None
+) -> tuple[Path, bool]:
+    """This machine's table for ``gen`` (profiled now if not cached, or if ``refresh``);
+    returns (path, whether it came from the cache)."""
+    path = (folder or cache_dir()) / "profiles" / f"builtin-cpu-{cache_key(gen, quick)}.json"
+    if path.exists() and not refresh and not _measured_under_load(path):
+        return path, True
+    run(str(path), quick=quick, gen=gen)
+    return path, False
 
 
 def run(json_path: str, quick: bool = False, gen: dict[str, Any] | None = None) -> dict[str, Any]:
     from pipeline.bench.rollout import bench_generator
 
     gen = gen or bench_generator(quick)
-    if quick:
-        table = profile_engine(
-            gen, batches=(1, 2, 4, 8, 16), contexts=(32, 256), prefills=(16, 64, 256), steps=8
-        )
-    else:
-        table = profile_engine(
-            gen, batches=(1, 2, 4, 8, 16, 32), contexts=(32, 128, 256, 512, 900), steps=16
-        )
+    table = profile_engine(gen, **_grid(quick))
     path = Path(json_path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(table, indent=1))
-    print(f"wrote {len(table['rows'])} rows to {path} in {table['info']['seconds']:.1f} s")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(table, indent=1))
+    tmp.replace(path)  # whole or absent: a cache never holds half a table
+    info = table["info"]
+    print(
+        f"wrote {len(table['rows'])} rows to {path} in {info['seconds']:.1f} s "
+        f"({info['passes']} passes, median point spread {info['decode_spread_median']:.1%}, "
+        f"load average {info['load_average'][0]:.1f} -> {info['load_average'][1]:.1f})"
+    )
     return table

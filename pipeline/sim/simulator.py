@@ -34,7 +34,7 @@ from typing import Any, Literal
 from actors.drafts.options import SpecConfig
 from actors.drafts.policy import Candidate, SpecPolicy, make_draft_policy
 from actors.estimator.core import LengthEstimator
-from actors.scheduler import InstanceLoad, RequestState, SchedulerCore, make_policy
+from actors.scheduler import InstanceLoad, Policy, RequestState, SchedulerCore, make_policy
 from pipeline.sim.acceptance import AcceptanceTable, measure_acceptance
 from pipeline.sim.costmodel import CostModel
 from pipeline.sim.instance import Chunk, KvPool, SimInstance
@@ -119,6 +119,7 @@ class _Run:
         config: SimConfig,
         cost: CostModel,
         acceptance: AcceptanceTable | None,
+        policy_object: Policy | None = None,
     ) -> None:
         if not requests:
             raise ValueError("simulate needs at least one request")
@@ -128,7 +129,7 @@ class _Run:
         if len(self.index) != len(self.reqs):
             raise ValueError("duplicate request ids")
         limit = max(r.max_new_tokens for r in self.reqs)
-        policy = make_policy(
+        policy = policy_object or make_policy(
             policy_name,
             num_instances=config.num_instances,
             max_new_tokens=limit,
@@ -468,6 +469,9 @@ def simulate(
     cost: CostModel,
     *,
     acceptance: AcceptanceTable | None = None,
+    policy_object: Policy | None = None,
 ) -> SimResult:
-    """One simulated rollout of ``requests`` under ``policy`` (a ``make_policy`` name)."""
-    return _Run(requests, policy, config, cost, acceptance).run(policy)
+    """One simulated rollout of ``requests`` under ``policy`` (a ``make_policy`` name;
+    ``policy_object``, if given, is the policy run instead and ``policy`` only its label:
+    diagnostic variants, see ``pipeline.sim.gap``)."""
+    return _Run(requests, policy, config, cost, acceptance, policy_object).run(policy)

@@ -1,7 +1,9 @@
 """`seer sim validate`: the simulator against live rollouts on this machine.
 
-1. Cost table: ``seer profile`` of the built-in engine (or ``--table``), measured first and
-   separately from the runs it must predict.
+1. Cost table: ``seer profile`` of the built-in engine (or ``--table``), measured
+   separately from the runs it must predict: once per machine, then reused from the profile
+   cache (``profile.cached_table``; ``--reprofile`` measures again), so that repeated
+   validations replay on the same table and differ only by their live side.
 2. Teacher-forced step time: the validation workload runs through the engine in this
    process; every logged step (decode rows, their mean context, draft tokens, prefill
    tokens) is priced by the table and compared with its measured time
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -59,14 +62,17 @@ RANDOM_TEXT = SiblingModel(vocab=259, p_repeat=0.0, p_noise=1.0, p_jump=0.0)
 
 
 SIZES = ("tiny", "quick", "full")
+QUICK_MEAN = 200
 
 
 def _workload(size: str, seed: int) -> Workload:
     if size == "tiny":  # for tests: seconds per rollout
         return make_workload(num_groups=4, group_size=2, mean_len=20, max_len=40, seed=seed)
-    if size == "quick":
-        return make_workload(num_groups=8, group_size=4, mean_len=60, max_len=180, seed=seed)
-    return make_workload(num_groups=12, group_size=8, mean_len=120, max_len=400, seed=seed)
+    if size == "quick":  # seconds per rollout; KV-bound (2 x 2,048 KV tokens, ~7K needed)
+        return make_workload(
+            num_groups=8, group_size=4, mean_len=QUICK_MEAN, max_len=600, seed=seed
+        )
+    return make_workload(num_groups=12, group_size=8, mean_len=300, max_len=900, seed=seed)
 
 
 def teacher_forced_error(
@@ -83,6 +89,8 @@ def teacher_forced_error(
         start = time.perf_counter()
         result = engine.step()
         took = time.perf_counter() - start
+        for done in result.finished:  # a finished request's KV goes, as live generators
+            engine.release(done.request_id)  # release it (parked, it inflated the context)
         rows = result.num_decode_rows
         load = engine.load()
         guess = cost.prefill_s(result.num_prefill_tokens)
@@ -162,6 +170,13 @@ def _live(
     raise AssertionError("unreachable")
 
 
+def _load_average() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
 def _rel(a: float, b: float) -> float:
     return abs(a - b) / b if b > 0 else 0.0
 
@@ -176,6 +191,7 @@ def run(
     chunk_size: int = 128,
     drafts: bool = True,
     traces: str | None = None,
+    reprofile: bool = False,
 ) -> dict[str, Any]:
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
@@ -187,10 +203,12 @@ def run(
     folder.mkdir(parents=True, exist_ok=True)
     gen = bench_generator(size != "full")
     if table is None:
-        table = str(folder / "costmodel_cpu.json")
-        console.print("profiling the built-in engine (seer profile --quick) ...")
-        sim_profile.run(table, quick=True, gen=gen)
-    cost = CostModel(load_table(table)["rows"], sim_profile.SHAPE)
+        console.print("cost table: this machine's profile (cached, or measured now) ...")
+        path, was_cached = sim_profile.cached_table(gen, size != "full", refresh=reprofile)
+        table = str(path)
+        console.print(f"cost table {table} ({'from the cache' if was_cached else 'measured now'})")
+    table_data = load_table(table)
+    cost = CostModel(table_data["rows"], sim_profile.SHAPE)
     teacher = teacher_forced_error(_workload(size, 0), gen, cost)
     console.print(
         f"teacher-forced: {teacher['num_steps']} engine steps, total step time error "
@@ -269,6 +287,8 @@ def run(
         "generator": gen,
         "chunk_size": chunk_size,
         "cost_table": table,
+        "cost_table_info": table_data.get("info", {}),
+        "load_average": _load_average(),
     }
     console.print(_table(summary))
     summary["timeline_png"] = str(plot_timeline(examples, folder / "sim-validate-timeline.png"))

@@ -1,0 +1,61 @@
+"""`seer profile`'s per-machine cache and its interleaved passes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.bench.rollout import bench_generator
+from pipeline.sim import profile
+
+
+def _write(path: Path, loads: list[float]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"info": {"load_average": loads}, "rows": []}))
+
+
+def test_cache_key_follows_what_determines_the_table() -> None:
+    gen = bench_generator(True)
+    assert profile.cache_key(gen, True) == profile.cache_key(dict(gen), True)
+    assert profile.cache_key(gen, True) != profile.cache_key(gen, False)  # another grid
+    assert profile.cache_key(gen, True) != profile.cache_key({**gen, "max_batch": 8}, True)
+
+
+def test_cached_table_is_reused_unless_measured_under_load_or_refreshed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    measured: list[str] = []
+
+    def fake_run(json_path: str, quick: bool = False, gen: Any = None) -> dict[str, Any]:
+        measured.append(json_path)  # stands in for a 30 s measurement
+        _write(Path(json_path), [0.5, 0.5])
+        return {}
+
+    monkeypatch.setattr(profile, "run", fake_run)
+    gen = bench_generator(True)
+    path, cached = profile.cached_table(gen, True, folder=tmp_path)
+    assert not cached and measured == [str(path)] and path.parent == tmp_path / "profiles"
+    assert profile.cached_table(gen, True, folder=tmp_path) == (path, True)
+    assert profile.cached_table(gen, True, folder=tmp_path, refresh=True) == (path, False)
+    _write(path, [0.5, 1e6])  # measured while the machine was overloaded: not trusted
+    assert profile.cached_table(gen, True, folder=tmp_path) == (path, False)
+    path.write_text("{not json")
+    assert profile.cached_table(gen, True, folder=tmp_path) == (path, False)
+    assert len(measured) == 4
+
+
+@pytest.mark.timeout(120)
+def test_profile_passes_take_the_median_per_point() -> None:
+    gen = bench_generator(True)
+    table = profile.profile_engine(
+        gen, batches=(1, 4), contexts=(32,), draft_lens=(0, 2), prefills=(16,), steps=3, passes=2
+    )
+    decode = [r for r in table["rows"] if r["kind"] == "decode"]
+    assert len(decode) == 4 and all(r["ms"] > 0 for r in decode)
+    assert table["info"]["passes"] == 2 and table["info"]["decode_spread_median"] >= 0
+    assert len(table["info"]["load_average"]) == 2
+    with pytest.raises(ValueError, match="passes"):
+        profile.profile_engine(gen, batches=(1,), contexts=(32,), passes=0)
