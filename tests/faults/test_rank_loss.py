@@ -53,7 +53,7 @@ def config(tmp_path: Path) -> PipelineConfig:
 
 
 async def _step_and_hit(cluster: Cluster, sig: signal.Signals) -> tuple[RankLost, float]:
-    """Dispatch every sample, start the step, signal rank 1; (the error, seconds to it)."""
+    """Dispatch every sample, signal rank 1, start the step; (the error, seconds to it)."""
     samples = w.samples()
     random.Random(0).shuffle(samples)
     d = Dispatcher(
@@ -68,21 +68,12 @@ async def _step_and_hit(cluster: Cluster, sig: signal.Signals) -> tuple[RankLost
         nonlocal hit
         for s in samples:
             await d.send(sample_data(s))
-        if sig == signal.SIGSTOP:  # frozen with its shard: rank 0 waits in the step
-            os.kill(victim.pid, sig)
-            hit = time.monotonic()
-            return await d.finish()
-
-        async def kill() -> None:
-            nonlocal hit
-            await anyio.sleep(0.05)
-            os.kill(victim.pid, sig)
-            hit = time.monotonic()
-
-        async with anyio.create_task_group() as tg:  # killed once the step has begun
-            tg.start_soon(kill)
-            reports = await d.finish()
-        return reports
+        # hit with its shard, as the step starts: rank 0 gets its layout and meets a dead or
+        # frozen peer in the step (signalled earlier than `finish`, never after it: a step on
+        # a quiet machine can end within 50 ms, and a kill after it proves nothing)
+        os.kill(victim.pid, sig)
+        hit = time.monotonic()
+        return await d.finish()
 
     with pytest.raises(RankLost) as caught:
         await watch_ranks(cluster, 2, step, silent_after_s=3.0)
