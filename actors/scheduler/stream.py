@@ -20,8 +20,6 @@ import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from transport.errors import TransportError
 from transport.messages import (
     Ping,
@@ -138,19 +136,14 @@ def sample_data(
     reward: float,
 ) -> SampleData:
     """A finished request as the arrays a trainer rank consumes (prompt + completion)."""
-    p = len(spec.prompt_ids)
-    tokens = np.asarray((*spec.prompt_ids, *token_ids), dtype=np.int32)
-    old = np.zeros(len(tokens), dtype=np.float32)
-    old[p:] = np.asarray(logprobs, dtype=np.float32)
-    mask = np.zeros(len(tokens), dtype=np.uint8)
-    mask[p:] = 1
-    return SampleData(
-        request_id=spec.request_id,
-        group_id=spec.group_id,
-        prompt_len=p,
-        token_ids=tokens,
-        old_logprobs=old,
-        loss_mask=mask,
+    from actors.trainer.dispatch import request_arrays  # torch: only when a rollout streams
+
+    return request_arrays(
+        spec.request_id,
+        spec.group_id,
+        spec.prompt_ids,
+        token_ids,
+        logprobs,
         reward=reward,
         weight_versions=weight_versions,
     )

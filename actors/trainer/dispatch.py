@@ -147,21 +147,44 @@ class DispatchPlan:
 
 def sample_data(sample: TrainSample) -> SampleData:
     """A trainer sample in the dispatcher's array format."""
-    tokens = np.asarray(sample.prompt_ids + sample.completion_ids, dtype=np.int32)
-    logprobs = np.zeros(len(tokens), dtype=np.float32)
-    mask = np.zeros(len(tokens), dtype=np.uint8)
-    p = len(sample.prompt_ids)
-    logprobs[p:] = sample.old_logprobs
-    mask[p:] = 1
-    return SampleData(
-        request_id=sample.request_id,
-        group_id=sample.group_id,
-        prompt_len=p,
-        token_ids=tokens,
-        old_logprobs=logprobs,
-        loss_mask=mask,
+    return request_arrays(
+        sample.request_id,
+        sample.group_id,
+        sample.prompt_ids,
+        sample.completion_ids,
+        sample.old_logprobs,
         reward=sample.reward,
         weight_versions=sample.weight_versions,
+    )
+
+
+def request_arrays(
+    request_id: str,
+    group_id: str,
+    prompt_ids: Sequence[int],
+    completion_ids: Sequence[int],
+    logprobs: Sequence[float],
+    *,
+    reward: float,
+    weight_versions: tuple[int, ...],
+) -> SampleData:
+    """One finished request as the arrays a trainer rank consumes: prompt + completion
+    tokens, the completion's old logprobs and loss mask (zero over the prompt)."""
+    p = len(prompt_ids)
+    tokens = np.asarray((*prompt_ids, *completion_ids), dtype=np.int32)
+    old = np.zeros(len(tokens), dtype=np.float32)
+    old[p:] = np.asarray(logprobs, dtype=np.float32)
+    mask = np.zeros(len(tokens), dtype=np.uint8)
+    mask[p:] = 1
+    return SampleData(
+        request_id=request_id,
+        group_id=group_id,
+        prompt_len=p,
+        token_ids=tokens,
+        old_logprobs=old,
+        loss_mask=mask,
+        reward=reward,
+        weight_versions=weight_versions,
     )
 
 

@@ -4,6 +4,9 @@ every /generate request and response against SGLang 0.5.23's own schema."""
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +111,17 @@ def sse_frames(chunks: Any) -> Any:
             assert event.startswith("data: "), event
             yield event[len("data: ") :]
     assert buffer == "", f"trailing bytes after the last frame: {buffer!r}"
+
+
+def in_background(fn: Callable[[], Any]) -> Future[Any]:
+    """Run ``fn`` on a daemon thread; its result (or exception) in the future."""
+    future: Future[Any] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn())
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=run, daemon=True).start()
+    return future

@@ -9,7 +9,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -28,6 +27,7 @@ from tests.pipeline.serve_util import (
     CheckedClient,
     engine_greedy,
     greedy_body,
+    in_background,
     save_tiny,
     sse_frames,
 )
@@ -201,19 +201,6 @@ def test_loads_report_sglang_fields(client: CheckedClient) -> None:
 # ---- in-flight behaviour on a deliberately slow server (20 ms per step) ---------------------
 
 
-def _in_background(fn: Callable[[], Any]) -> Future[Any]:
-    future: Future[Any] = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(fn())
-        except BaseException as exc:
-            future.set_exception(exc)
-
-    threading.Thread(target=run, daemon=True).start()
-    return future
-
-
 def _wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
@@ -239,7 +226,7 @@ def test_abort_by_rid_prefix_returns_partial_output(slow: ServerHandle) -> None:
     c = CheckedClient(slow.url)
     c.http.post("/pause_generation", json={"mode": "in_place"})  # they start together
     jobs = {
-        rid: _in_background(lambda rid=rid: c.generate(_long([257, 3], 200, rid)).json())
+        rid: in_background(lambda rid=rid: c.generate(_long([257, 3], 200, rid)).json())
         for rid in ("g:0:0#", "g:1:0#", "h:0:0#")
     }
     _wait_for(lambda: _waiting(c) == 3, "three requests at the gate")
@@ -263,14 +250,14 @@ def test_abort_by_rid_prefix_returns_partial_output(slow: ServerHandle) -> None:
 
 def test_pause_abort_blocks_new_requests_until_continue(slow: ServerHandle) -> None:
     c = CheckedClient(slow.url)
-    running = _in_background(lambda: c.generate(_long([257, 4], 200, "p:0#")).json())
+    running = in_background(lambda: c.generate(_long([257, 4], 200, "p:0#")).json())
     _wait_for(lambda: _running(c) == 1, "the request to run")
     paused = c.http.post("/pause_generation", json={"mode": "abort"})
     assert paused.json() == {"message": "Generation paused successfully.", "status": "ok"}
     out = running.result(timeout=30)
     assert out["meta_info"]["finish_reason"]["type"] == "abort"
     assert 0 < len(out["output_ids"]) < 200
-    blocked = _in_background(lambda: c.generate(_long([257, 4], 3, "p:1#")).json())
+    blocked = in_background(lambda: c.generate(_long([257, 4], 3, "p:1#")).json())
     _wait_for(lambda: _waiting(c) == 1, "gate")
     assert not blocked.done()  # /generate blocks while paused
     assert c.http.get("/ready").status_code == 503
@@ -282,7 +269,7 @@ def test_pause_abort_blocks_new_requests_until_continue(slow: ServerHandle) -> N
 
 def test_pause_retract_requeues_and_finishes_after_continue(slow: ServerHandle) -> None:
     c = CheckedClient(slow.url)
-    job = _in_background(lambda: c.generate(_long([257, 5], 120, "r:0#")).json())
+    job = in_background(lambda: c.generate(_long([257, 5], 120, "r:0#")).json())
     _wait_for(lambda: _running(c) == 1, "the request to run")
     assert c.http.post("/pause_generation", json={"mode": "retract"}).status_code == 200
     [rank] = c.http.get("/v1/loads").json()["loads"]
@@ -299,7 +286,7 @@ def test_pause_retract_requeues_and_finishes_after_continue(slow: ServerHandle) 
 def test_queued_request_aborted_at_the_gate_has_sglangs_queued_shape(slow: ServerHandle) -> None:
     c = CheckedClient(slow.url)
     c.http.post("/pause_generation", json={"mode": "in_place"})
-    job = _in_background(lambda: c.generate(_long([257, 6], 5, "q:0#")).json())
+    job = in_background(lambda: c.generate(_long([257, 6], 5, "q:0#")).json())
     _wait_for(lambda: _waiting(c) == 1, "gate")
     c.http.post("/abort_request", json={"rid": "q:0#"})
     out = job.result(timeout=30)
@@ -314,7 +301,7 @@ def test_in_place_weight_update_splits_weight_versions(
     slow: ServerHandle, other_weights: Path
 ) -> None:
     c = CheckedClient(slow.url)
-    job = _in_background(lambda: c.generate(_long([257, 8], 120, "w:0#")).json())
+    job = in_background(lambda: c.generate(_long([257, 8], 120, "w:0#")).json())
     _wait_for(lambda: _running(c) == 1, "the request to run")
     c.http.post("/pause_generation", json={"mode": "in_place"})
     update = {"model_path": str(other_weights), "weight_version": "v2", "flush_cache": True}
@@ -335,7 +322,7 @@ def test_in_place_weight_update_splits_weight_versions(
 
 def test_flush_cache_is_refused_while_busy_and_waits_with_timeout(slow: ServerHandle) -> None:
     c = CheckedClient(slow.url)
-    job = _in_background(lambda: c.generate(_long([257, 9], 120, "f:0#")).json())
+    job = in_background(lambda: c.generate(_long([257, 9], 120, "f:0#")).json())
     _wait_for(lambda: _running(c) == 1, "the request to run")
     assert c.http.post("/flush_cache").status_code == 400
     assert c.http.post("/flush_cache", params={"timeout": "0.01"}).status_code == 400
@@ -384,7 +371,7 @@ def test_seer_serve_command_serves_an_hf_folder(other_weights: Path, tmp_path: P
         [*command, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     try:
-        lines: Future[str] = _in_background(lambda: proc.stdout.readline() if proc.stdout else "")
+        lines: Future[str] = in_background(lambda: proc.stdout.readline() if proc.stdout else "")
         first = lines.result(timeout=60)
         match = re.search(r"listening on (http://127\.0\.0\.1:\d+)", first)
         assert match, first
@@ -453,7 +440,7 @@ def test_an_unpaused_weight_update_waits_for_running_requests(
 ) -> None:
     """SGLang's model-update lock: requests in flight finish on the old weights first."""
     c = CheckedClient(slow.url)
-    job = _in_background(lambda: c.generate(_long([257, 12], 30, "lock:0#")).json())
+    job = in_background(lambda: c.generate(_long([257, 12], 30, "lock:0#")).json())
     _wait_for(lambda: _running(c) == 1, "the request to run")
     update = {"model_path": str(other_weights), "weight_version": "v7"}
     assert c.http.post("/update_weights_from_disk", json=update).json()["success"] is True
@@ -504,10 +491,10 @@ def test_a_pause_releases_a_weight_update_waiting_for_idle(
     slow: ServerHandle, other_weights: Path
 ) -> None:
     c = CheckedClient(slow.url)
-    job = _in_background(lambda: c.generate(_long([257, 13], 120, "pw:0#")).json())
+    job = in_background(lambda: c.generate(_long([257, 13], 120, "pw:0#")).json())
     _wait_for(lambda: _running(c) == 1, "the request to run")
     update = {"model_path": str(other_weights), "weight_version": "v3", "flush_cache": False}
-    waiting = _in_background(lambda: c.http.post("/update_weights_from_disk", json=update))
+    waiting = in_background(lambda: c.http.post("/update_weights_from_disk", json=update))
     c.http.post("/pause_generation", json={"mode": "in_place"})
     assert waiting.result(timeout=30).json()["success"] is True  # landed under the request
     c.http.post("/continue_generation", json={})

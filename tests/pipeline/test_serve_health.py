@@ -10,12 +10,9 @@ a health probe that meets that pause must not make the server count as lost.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx
@@ -28,7 +25,7 @@ from actors.generator.sglang.options import SGLangOptions
 from actors.model import ModelOptions
 from pipeline.serve import ServeOptions, ServerHandle, start_server
 from pipeline.serve.server import health_check_timeout_from_env
-from tests.pipeline.serve_util import EOS, save_tiny
+from tests.pipeline.serve_util import EOS, in_background, save_tiny
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -41,19 +38,6 @@ def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def serve(model_path: Path, health_check_timeout_s: float) -> ServerHandle:
     options = ServeOptions(eos_token_id=EOS, health_check_timeout_s=health_check_timeout_s)
     return start_server(str(model_path), "127.0.0.1", 0, options)
-
-
-def in_background(fn: Callable[[], Any]) -> Future[Any]:
-    future: Future[Any] = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(fn())
-        except BaseException as exc:
-            future.set_exception(exc)
-
-    threading.Thread(target=run, daemon=True).start()
-    return future
 
 
 @pytest.fixture
