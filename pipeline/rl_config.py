@@ -43,6 +43,7 @@ class RunConfig:
     cache_dir: str = "runs/cache"
     lr: float = 1e-3
     kl_coef: float = 0.0
+    step_credit: bool = False  # a failed answer's verified prefix is not blamed (Task.first_error)
     micro_batch_size: int = 32
     mini_batch_size: int = 128  # optimiser steps per iteration = samples / mini_batch_size
     epochs: int = 1

@@ -76,7 +76,7 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
             )
             rollout_s = time.perf_counter() - start
             if result.stream is None:
-                scored, rewards = score(task, prompts, result.groups)
+                scored, rewards = score(task, prompts, result.groups, cfg.step_credit)
                 samples, num_errors = trainable(scored, result.groups)
             else:  # scored where they finished; the samples are on the ranks already
                 rewards, samples = streamed_rewards(result), ()
@@ -252,14 +252,18 @@ def trainable(
 
 
 def score(
-    task: Task, prompts: list[TaskPrompt], groups: list[Group]
+    task: Task, prompts: list[TaskPrompt], groups: list[Group], credit: bool = False
 ) -> tuple[tuple[TrainSampleSpec, ...], list[float]]:
     """Every sample with its verifier reward, in the trainer's format."""
     samples, rewards = [], []
+    first_error = getattr(task, "first_error", None) if credit else None  # step credit
     for prompt, group in zip(prompts, groups, strict=True):
         for s in group.samples:
             reward = task.reward(prompt, s.token_ids)
             rewards.append(reward)
+            wrong = None
+            if first_error is not None and reward < 1.0:
+                wrong = first_error(prompt, s.token_ids)
             samples.append(
                 TrainSampleSpec(
                     prompt_ids=prompt.token_ids,
@@ -268,6 +272,7 @@ def score(
                     reward=reward,
                     group_id=s.group_id,
                     weight_versions=s.weight_versions,
+                    error_index=-1 if wrong is None else wrong,
                 )
             )
     return tuple(samples), rewards

@@ -643,6 +643,9 @@ class TrainSampleSpec(Struct):
     reward: float
     group_id: str
     weight_versions: tuple[int, ...]  # one per chunk; all must be the expected version
+    # the completion token the task's verifier located as the first mistake (-1: none, or a
+    # right answer): the sample then trains on that token alone (step credit, trainer/batch.py)
+    error_index: int = -1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

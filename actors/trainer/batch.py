@@ -14,6 +14,13 @@ teacher-forced forward pass over ``prompt + completion``:
 Advantages are computed per ``group_id`` with ``group_advantages`` (population std), over the
 samples of that group present in the call. Padding (``pad_id``, mask 0) goes on the right,
 which the causal model ignores for earlier positions.
+
+**Step credit.** A failed sample whose task verifier located its first wrong token
+(``error_index`` >= 0, from ``Task.first_error``) trains on that token alone: the tokens
+before it were right moves (a negative advantage over the whole answer would push them down
+with the mistake), the tokens after it follow from the mistake. Its advantage is its group's
+when negative, else -1: a group in which every sample failed has zero group advantage but
+still says which tokens were wrong, so it is trained rather than skipped (``GRPOTrainer``).
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ class TrainSample:
     group_id: str
     weight_versions: tuple[int, ...]  # the version of each chunk that generated it
     request_id: str = ""  # for error messages only
+    # the completion token a verifier located as the first mistake (-1: none located)
+    error_index: int = -1
 
     def __post_init__(self) -> None:
         # msgpack hands lists over: store tuples so samples stay hashable and concatenable
@@ -44,6 +53,11 @@ class TrainSample:
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if not self.prompt_ids:
             raise ValueError(f"sample {self.name}: empty prompt (nothing to condition on)")
+        if not -1 <= self.error_index < len(self.completion_ids):
+            raise ValueError(
+                f"sample {self.name}: error_index {self.error_index} outside its "
+                f"{len(self.completion_ids)} completion tokens"
+            )
         if len(self.old_logprobs) != len(self.completion_ids):
             raise ValueError(
                 f"sample {self.name}: {len(self.old_logprobs)} old_logprobs for "
@@ -121,4 +135,12 @@ def make_batch(samples: Sequence[TrainSample], pad_id: int, scale: bool = True) 
             sample.old_logprobs, dtype=torch.float32
         )
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
-    return TrainBatch(input_ids, targets, mask, old, compute_advantages(samples, scale), rewards)
+    advantages = compute_advantages(samples, scale)
+    for row, sample in enumerate(samples):  # step credit: blame the located mistake alone
+        if sample.error_index >= 0:
+            at = len(sample.prompt_ids) - 1 + sample.error_index
+            mask[row], old[row, :at], old[row, at + 1 :] = 0.0, 0.0, 0.0
+            mask[row, at] = 1.0
+            if advantages[row] >= 0:  # a flat (all failed) group, or a partial-credit reward
+                advantages[row] = -1.0
+    return TrainBatch(input_ids, targets, mask, old, advantages, rewards)

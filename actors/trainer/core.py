@@ -11,7 +11,8 @@ Contract of ``step(samples, expected_version=v)``:
   every chunk of every sample must carry ``v`` (``weight_versions``); otherwise
   ``OffPolicyError`` names the first offending request and *nothing* has changed (weights,
   optimiser, RNG, version).
-- **Degenerate groups are skipped.** A group whose rewards are all equal has zero advantage,
+- **Degenerate groups are skipped.** A group whose rewards are all equal (and none of whose
+  samples has a located mistake: step credit, ``batch.py``) has zero advantage,
   so with ``kl_coef == 0`` it contributes no gradient; its samples are dropped before the
   forward pass (they still count in ``reward_mean``/``reward_std``; ``num_skipped_groups``
   reports them). With ``kl_coef > 0`` they are kept, because the KL term still pulls them.
@@ -186,7 +187,8 @@ class GRPOTrainer:
         num_skipped = 0
         for members in groups.values():
             is_flat = len({samples[i].reward for i in members}) < 2
-            if is_flat and self.kl_coef == 0:
+            located = any(samples[i].error_index >= 0 for i in members)  # step credit
+            if is_flat and self.kl_coef == 0 and not located:
                 num_skipped += 1
             else:
                 keep.extend(members)

@@ -14,4 +14,5 @@ def train_sample(spec: TrainSampleSpec) -> TrainSample:
         reward=spec.reward,
         group_id=spec.group_id,
         weight_versions=spec.weight_versions,
+        error_index=spec.error_index,
     )

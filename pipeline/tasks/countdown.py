@@ -162,6 +162,22 @@ class Countdown:
             current = token
         return "ok" if current == 0 else "not_at_zero"
 
+    def first_error(self, prompt: TaskPrompt, completion: Sequence[int]) -> int | None:
+        """Index of the first completion token that makes the answer wrong (None when it is
+        right): a bad step, a forbidden number, a non-number, an EOS short of 0 or anything after
+        the final EOS. None as well for an answer cut off without EOS: it walked too slowly,
+        and no single token is to blame."""
+        current, forbidden = int(prompt.meta["n"]), set(prompt.meta["forbidden"])
+        for i, token in enumerate(int(t) for t in completion):
+            if token == EOS:  # the answer ends: right only at 0, and only as its last token
+                if current != 0:
+                    return i
+                return i + 1 if i + 1 < len(completion) else None
+            if not 0 <= token < NUM_NUMBERS or current - token not in STEPS or token in forbidden:
+                return i
+            current = token
+        return None
+
     def reward(self, prompt: TaskPrompt, completion: Sequence[int]) -> float:
         """1.0 for a valid walk; otherwise `partial_credit` times the fraction of the way
         down that was walked validly before the first mistake (0 by default)."""

@@ -95,6 +95,38 @@ def test_make_batch_aligns_targets_with_completion() -> None:
     assert b.num_tokens == 6
 
 
+def test_step_credit_trains_a_located_mistake_alone() -> None:
+    """`error_index` k: the sample's loss covers completion token k alone, with its group's
+    advantage when negative, else -1 (a group where every sample failed still learns)."""
+    samples = [
+        TrainSample((4,), (7, 8, 9), (-0.1, -0.2, -0.3), 0.0, "a", (0,), error_index=1),
+        TrainSample((4,), (7, 8, 9), (-0.1, -0.2, -0.3), 1.0, "a", (0,)),
+        TrainSample((4,), (7, 8, 9), (-0.1, -0.2, -0.3), 0.0, "b", (0,), error_index=0),
+        TrainSample((4,), (7, 8), (-0.1, -0.2), 0.0, "b", (0,)),
+    ]
+    b = make_batch(samples, pad_id=0)
+    assert b.advantages.tolist() == pytest.approx([-1, 1, -1, 0], abs=1e-5)
+    assert b.mask.tolist() == [[0, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 0]]
+    assert b.old_logprobs[0].tolist() == pytest.approx([0.0, -0.2, 0.0])
+    group_b = [dataclasses.replace(s, reward=0.0) for s in samples[2:]]
+    assert make_batch(group_b, pad_id=0).advantages.tolist() == [-1.0, 0.0]  # flat, located
+    with pytest.raises(ValueError, match="error_index 3"):
+        TrainSample((4,), (7, 8, 9), (-0.1, -0.2, -0.3), 0.0, "a", (0,), error_index=3)
+
+
+def test_flat_group_with_a_located_mistake_is_trained() -> None:
+    m = model()
+    flat = group(m, rewards=(0.0, 0.0, 0.0, 0.0))
+    stats = GRPOTrainer(model(), lr=1e-2, pad_id=0).step(flat, expected_version=0)
+    assert stats["num_skipped_groups"] == 1 and stats["num_optimizer_steps"] == 0
+    located = [dataclasses.replace(flat[0], error_index=1), *flat[1:]]
+    before = completion_logprobs(m, PROMPT, COMPLETIONS[0])
+    stats = GRPOTrainer(m, lr=1e-2, pad_id=0).step(located, expected_version=0)
+    after = completion_logprobs(m, PROMPT, COMPLETIONS[0])
+    assert stats["num_skipped_groups"] == 0 and stats["num_tokens"] == 1 + 2 + 3 + 1
+    assert after[1] < before[1]  # the located mistake was pushed down
+
+
 def test_batched_logprobs_match_token_by_token() -> None:
     m = model()
     samples = group(m)

@@ -148,3 +148,42 @@ def _args(prompt: TaskPrompt) -> dict[str, object]:
 def test_render_is_readable() -> None:
     text = TASK.render(PROMPT, [7, 4, 2, 0, EOS])
     assert text == "9 avoiding [5, 6] -> 7 4 2 0 <eos> [ok]"
+
+
+@pytest.mark.parametrize(
+    ("completion", "index"),
+    [
+        ([7, 4, 2, 0, EOS], None),
+        ([7, 3, 0, EOS], 1),  # step of 4
+        ([8, 6, 3, 0, EOS], 1),  # forbidden 6
+        ([7, 4, 2, EOS], 3),  # EOS short of 0
+        ([7, 4, 2, 0, EOS, EOS], 5),  # anything after the final EOS
+        ([7, 4, 2, 1, 257, EOS], 4),
+        ([7, 4, 2, 0], None),  # cut off: no single token to blame
+        ([7, 4, 2, 0, 1], 4),  # cut off, but past 0
+        ([], None),
+    ],
+)
+def test_first_error_points_at_the_wrong_token(completion: list[int], index: int | None) -> None:
+    assert TASK.first_error(PROMPT, completion) == index
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 258), max_size=12))
+def test_first_error_agrees_with_the_verdict(completion: list[int]) -> None:
+    """A wrong token exactly when the verdict is not "ok" (bar a cut-off walk), and the
+    tokens before it are a valid walk so far (what step credit leaves unblamed)."""
+    index = TASK.first_error(PROMPT, completion)
+    verdict = TASK.verdict(PROMPT, completion)
+    if verdict == "ok":
+        assert index is None
+    elif verdict != "no_eos":  # a cut-off answer may have no wrong token, only a missing EOS
+        assert index is not None
+    if index:
+        current = 9
+        for token in completion[:index]:
+            if token == EOS:  # only an EOS at 0 that something followed
+                assert current == 0
+                continue
+            assert current - token in (1, 2, 3) and token not in (5, 6)
+            current = token
