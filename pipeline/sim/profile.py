@@ -6,8 +6,11 @@ Writes the simulator's table format (``pipeline.sim.costmodel``), shape ``builti
   and nothing prefilling, median over the steps of a short run. For g > 0 the g = 0 step is
   scaled by the bare forward's T(B, g) / T(B, 0) (``StepProfile``), since driving real
   drafts through the engine needs a draft source.
-- prefill rows: engine steps that only prefill one request of ``tokens`` new tokens (at
-  most ``max_prefill_tokens`` per step, as the engine chunks prefill).
+- prefill rows: engine steps that only prefill ``B`` requests (1 and 8) of ``tokens`` new
+  tokens in all (at most ``max_prefill_tokens``, what the engine prefills per step). A
+  live step often prefills many short prompts at once, which costs more than one prompt of
+  the same total length. (Format 2 measured prefill as 0 ms in every pass but the first:
+  the request resumed its own parked KV; format 3 releases it.)
 Stability: the grid is measured in ``passes`` interleaved passes (every point once per
 pass) and each point's table value is the median over passes, so a burst of load during
 one pass moves no row by much; the table's ``info`` records the load average before and
@@ -43,7 +46,7 @@ from pipeline.config import build_options
 __all__ = ["SHAPE", "cache_key", "cached_table", "profile_engine", "run"]
 
 SHAPE = "builtin-cpu"
-FORMAT = 2  # bump when the measurement method changes (cached tables then re-measure)
+FORMAT = 3  # bump when the measurement method changes (cached tables then re-measure)
 
 
 def _engine(gen: dict[str, Any]) -> TorchEngine:
@@ -67,23 +70,35 @@ def _decode_ms(engine: TorchEngine, batch: int, ctx: int, steps: int) -> float:
         elapsed = time.perf_counter() - start
         if result.num_decode_rows == batch and not result.num_prefill_tokens:
             times.append(elapsed)
+    for i in range(batch):  # a later pass must prefill again, not resume parked KV
+        engine.release(f"d{batch}-{ctx}-{i}")
     if not times:
         raise RuntimeError(f"profile: no step decoded all {batch} requests at context {ctx}")
     return 1e3 * statistics.median(times[:steps])
 
 
-def _prefill_ms(engine: TorchEngine, tokens: int) -> float:
-    prompt = tuple((3 * i) % 250 for i in range(tokens))
+def _prefill_ms(engine: TorchEngine, tokens: int, segments: int = 1) -> float:
+    """One step prefilling ``segments`` requests of ``tokens`` new tokens each (nothing
+    decoding), median of 3. Each request's KV is released afterwards: a request of the same
+    id and prompt would otherwise resume its parked KV and prefill nothing (every pass but
+    the first then measured 0 ms)."""
     total = []
     for rep in range(3):
-        engine.add(ChunkRequest(f"p{tokens}-{rep}", prompt, 1, params=SamplingParams(seed=1)))
+        ids = [f"p{tokens}x{segments}-{rep}-{k}" for k in range(segments)]
+        for k, rid in enumerate(ids):
+            prompt = tuple((3 * i + k) % 250 for i in range(tokens))
+            engine.add(ChunkRequest(rid, prompt, 1, params=SamplingParams(seed=1)))
         spent = 0.0
         while engine.has_work():
             start = time.perf_counter()
             result = engine.step()
             if result.num_prefill_tokens and not result.num_decode_rows:
                 spent += time.perf_counter() - start
+        for rid in ids:
+            engine.release(rid)
         total.append(spent)
+    if not min(total) > 0:
+        raise RuntimeError(f"profile: no prefill step measured for {segments} x {tokens} tokens")
     return 1e3 * statistics.median(total)
 
 
@@ -94,6 +109,7 @@ def profile_engine(
     contexts: tuple[int, ...],
     draft_lens: tuple[int, ...] = (0, 1, 2, 4, 8),
     prefills: tuple[int, ...] = (16, 64, 256, 512),
+    prefill_segments: tuple[int, ...] = (1, 8),
     steps: int = 12,
     passes: int = 1,
 ) -> dict[str, Any]:
@@ -104,7 +120,9 @@ def profile_engine(
     load_before = _load_average()
     start = time.perf_counter()
     decode: dict[tuple[int, int], list[float]] = {}
-    prefill: dict[int, list[float]] = {}
+    limit = engine.config.max_prefill_tokens  # the most one step prefills
+    points = [(k, n) for k in prefill_segments for n in prefills if k * n <= limit]
+    prefill: dict[tuple[int, int], list[float]] = {}
     ratios: dict[int, list[dict[tuple[int, int], float]]] = {}
     for _ in range(passes):  # interleaved: a burst of load hits one sample of each point
         for ctx in contexts:
@@ -118,8 +136,8 @@ def profile_engine(
             )
             for b in batches:
                 decode.setdefault((b, ctx), []).append(_decode_ms(engine, b, ctx, steps))
-        for n in prefills:
-            prefill.setdefault(n, []).append(_prefill_ms(engine, n))
+        for k, n in points:
+            prefill.setdefault((k, n), []).append(_prefill_ms(engine, n, k))
     rows: list[dict[str, Any]] = []
     for ctx in contexts:
         for b in batches:
@@ -136,14 +154,14 @@ def profile_engine(
                         "ms": base * ratio,
                     }
                 )
-    for n in prefills:
+    for (k, n), times in prefill.items():  # B requests, `tokens` new tokens in all
         rows.append(
             {
                 "shape": SHAPE,
                 "kind": "prefill",
-                "B": 1,
-                "tokens": n,
-                "ms": statistics.median(prefill[n]),
+                "B": k,
+                "tokens": k * n,
+                "ms": statistics.median(times),
             }
         )
     spread = [(max(v) - min(v)) / statistics.median(v) for v in decode.values() if min(v) > 0]

@@ -30,6 +30,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -42,6 +43,8 @@ from rich.console import Console
 from rich.table import Table
 
 from actors.generator import ChunkRequest, SamplingParams
+from actors.generator.step_log import ENV as STEP_LOG_ENV
+from actors.generator.step_log import read_step_logs
 from actors.scheduler.options import SchedulerOptions
 from pipeline.bench.rollout import POLICIES, bench_generator, run_policies
 from pipeline.launch import LaunchError
@@ -50,6 +53,7 @@ from pipeline.rollout.plot import plot_timeline
 from pipeline.rollout.trace import load_trace, save_trace
 from pipeline.rollout.workload import Workload, make_workload
 from pipeline.sim import profile as sim_profile
+from pipeline.sim import steplog
 from pipeline.sim.acceptance import SiblingModel, measure_acceptance
 from pipeline.sim.costmodel import CostModel, load_table
 from pipeline.sim.simulator import SimConfig, simulate
@@ -92,10 +96,9 @@ def teacher_forced_error(
         for done in result.finished:  # a finished request's KV goes, as live generators
             engine.release(done.request_id)  # release it (parked, it inflated the context)
         rows = result.num_decode_rows
-        load = engine.load()
-        guess = cost.prefill_s(result.num_prefill_tokens)
+        guess = cost.prefill_s(result.num_prefill_tokens, result.num_prefill_requests)
         if rows:
-            ctx = load.kv_tokens_used / max(load.num_running, 1)
+            ctx = result.num_decode_context_tokens / rows
             guess += cost.decode_s(rows, ctx, result.num_draft_tokens / rows)
         if not rows and not result.num_prefill_tokens:
             continue
@@ -111,12 +114,15 @@ def teacher_forced_error(
     }
 
 
-def latencies(records: list[RolloutRecord]) -> tuple[float, float]:
+def latencies(records: list[RolloutRecord]) -> tuple[float, float, float]:
     """The live control plane's delays, from traces: dispatch (a chunk's dispatch to its
     first step: the 10th percentile of start - dispatched over chunks of capacity-bounded
-    policies, where a dispatched chunk finds a free slot) and result (a chunk's end to the
-    next dispatch of the same request: the 10th percentile over consecutive chunks)."""
+    policies, where a dispatched chunk finds a free slot), result (a chunk's end to the
+    next dispatch of the same request: the 10th percentile over consecutive chunks) and
+    start (the rollout's clock start to its first dispatch: the scheduler first asks each
+    generator for its load; the median over rollouts)."""
     starts, gaps = [], []
+    first = [min(c.dispatched_s for c in rec.chunks) for rec in records if rec.chunks]
     for rec in records:
         by_req: dict[str, list[Any]] = {}
         for c in rec.chunks:
@@ -128,11 +134,17 @@ def latencies(records: list[RolloutRecord]) -> tuple[float, float]:
             gaps += [b.dispatched_s - a.end_s for a, b in itertools.pairwise(chunks)]
     dispatch = float(np.percentile(starts, 10)) if starts else 0.0
     result = float(np.percentile(gaps, 10)) if gaps else dispatch
-    return max(dispatch, 0.0), max(result, 0.0)
+    start = statistics.median(first) if first else 0.0
+    return max(dispatch, 0.0), max(result, 0.0), max(start, 0.0)
 
 
 def _sim_config(
-    gen: dict[str, Any], chunk_size: int, spec: bool, seed: int, lat: tuple[float, float]
+    gen: dict[str, Any],
+    chunk_size: int,
+    spec: bool,
+    seed: int,
+    lat: tuple[float, float, float],
+    over: dict[str, float],
 ) -> SimConfig:
     opts = SchedulerOptions()
     return SimConfig(
@@ -152,22 +164,49 @@ def _sim_config(
         seed=seed,
         dispatch_latency_s=lat[0],
         result_latency_s=lat[1],
+        start_latency_s=lat[2],
+        step_overhead_s=over.get("step_overhead_s", 0.0),
+        report_s=over.get("report_s", 0.0),
     )
 
 
 def _live(
-    workload: Workload, gen: dict[str, Any], chunk_size: int, console: Console
+    workload: Workload, gen: dict[str, Any], chunk_size: int, console: Console, steps: Path
 ) -> dict[str, list[RolloutRecord]]:
-    """The four policies live, one topology; a topology that fails to start (a loaded
-    machine can miss the launcher's readiness deadline) is tried once more."""
-    for attempt in range(2):
-        try:
-            return anyio.run(run_policies, workload, gen, chunk_size, POLICIES, console, 1, 300.0)
-        except LaunchError:
-            if attempt:
-                raise
-            console.print("topology did not start; trying once more")
+    """The four policies live, one topology, its generators logging their steps into
+    ``steps``; a topology that fails to start (a loaded machine can miss the launcher's
+    readiness deadline) is tried once more."""
+    before = os.environ.get(STEP_LOG_ENV)
+    try:
+        for attempt in range(2):
+            shutil.rmtree(steps, ignore_errors=True)
+            os.environ[STEP_LOG_ENV] = str(steps)  # the launcher passes it to the actors
+            try:
+                return anyio.run(
+                    run_policies, workload, gen, chunk_size, POLICIES, console, 1, 300.0
+                )
+            except LaunchError:
+                if attempt:
+                    raise
+                console.print("topology did not start; trying once more")
+    finally:
+        if before is None:
+            os.environ.pop(STEP_LOG_ENV, None)
+        else:
+            os.environ[STEP_LOG_ENV] = before
     raise AssertionError("unreachable")
+
+
+def _policy_steps(folder: Path) -> dict[str, list[list[dict[str, float]]]]:
+    """policy -> each generator's logged steps in that policy's rollout (the topology ran
+    a warm-up rollout, then ``POLICIES`` in order); empty when the log is absent."""
+    if not folder.is_dir():
+        return {}
+    logs = read_step_logs(folder)
+    ids = sorted(logs, key=lambda r: (len(r), r))[-len(POLICIES) :]
+    if len(ids) < len(POLICIES):
+        return {}
+    return {p: list(logs[rid].values()) for p, rid in zip(POLICIES, ids, strict=True)}
 
 
 def _load_average() -> float:
@@ -219,27 +258,38 @@ def run(
     if drafts:
         variants.append(("+drafts", {"spec": {"mode": "group"}}))
     rows: dict[str, dict[str, list[float]]] = {}
-    measured_latencies: list[tuple[float, float]] = []
+    measured_latencies: list[dict[str, float]] = []
+    all_steps: list[list[dict[str, float]]] = []
+    splits: dict[str, list[dict[str, float]]] = {}
     examples: dict[str, RolloutRecord] = {}
     for seed in range(seeds):
         workload = _workload(size, seed)
         for suffix, spec in variants:
+            steps_dir = Path(traces or folder) / "steps" / f"seed{seed}{suffix}"
             if traces:  # replay the traces an earlier run recorded (no live runs)
                 live = {
                     p: [load_trace(Path(traces) / f"trace-{p}{suffix}-seed{seed}.json")]
                     for p in POLICIES
                 }
             else:
-                live = _live(workload, {**gen, **spec}, chunk_size, console)
+                live = _live(workload, {**gen, **spec}, chunk_size, console, steps_dir)
             lat = latencies([rs[0] for rs in live.values()])
-            measured_latencies.append(lat)
+            by_policy = _policy_steps(steps_dir)
+            runs = [s for per in by_policy.values() for s in per]
+            over = steplog.overheads(runs) if runs else {}
+            all_steps += runs
+            for policy, per in by_policy.items():
+                splits.setdefault(policy + suffix, []).extend(steplog.time_split(s) for s in per)
+            measured_latencies.append(
+                {"dispatch": lat[0], "result": lat[1], "start": lat[2], **over}
+            )
             for policy, records in live.items():
                 name = policy + suffix
                 record = records[0]
                 if not traces:
                     save_trace(record, folder / f"trace-{name}-seed{seed}.json")
                 reqs = from_record(record, workload.max_new_tokens)
-                cfg = _sim_config(gen, chunk_size, bool(suffix), seed, lat)
+                cfg = _sim_config(gen, chunk_size, bool(suffix), seed, lat, over)
                 sim = simulate(reqs, policy, cfg, cost, acceptance=acceptance)
                 lm, sm = compute_metrics(record), compute_metrics(sim.record)
                 row = rows.setdefault(name, {})
@@ -269,21 +319,30 @@ def run(
             "live_makespans_s": lives,
             "sim_makespans_s": row["sim_makespan_s"],
         }
+    for name, parts in splits.items():  # where the live generators' time went
+        policies[name]["live_time_split"] = {
+            k: statistics.median(p[k] for p in parts) for k in parts[0]
+        }
     live_rank = sorted(policies, key=lambda n: policies[n]["live_makespan_s"])
     sim_rank = sorted(policies, key=lambda n: policies[n]["sim_makespan_s"])
     errs = [p["makespan_err"] for p in policies.values()]
+    live_steps = steplog.teacher_forced(all_steps, cost) if all_steps else None
     summary = {
         "policies": policies,
         "ranking_match": live_rank == sim_rank,
         "live_ranking": live_rank,
         "sim_ranking": sim_rank,
-        "step_time_err": teacher["step_time_err"],
+        **_resolved_ranking(policies),
+        # the protocol's step-time check on steps logged by the live generators (both at
+        # once, with the control plane); the in-process run's when no step log exists
+        "step_time_err": (live_steps or teacher)["step_time_err"],
+        "live_step_time": live_steps,
         "teacher_forced": teacher,
         "median_makespan_err": statistics.median(errs),
         "worst_makespan_err": max(errs),
         "median_tail_err": statistics.median(p["tail_err"] for p in policies.values()),
         "seeds": seeds,
-        "latencies_s": [{"dispatch": d, "result": r} for d, r in measured_latencies],
+        "latencies_s": measured_latencies,
         "generator": gen,
         "chunk_size": chunk_size,
         "cost_table": table,
@@ -296,6 +355,26 @@ def run(
     out.write_text(json.dumps(summary, indent=2))
     console.print(f"wrote {out} and {summary['timeline_png']}")
     return summary
+
+
+def _resolved_ranking(policies: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The ranking on the pairs the live side can tell apart: their live makespans over
+    seeds do not overlap. ``ranking_match`` asks for every pair, including those whose
+    order live is noise."""
+    resolved = agree = 0
+    for a, b in itertools.combinations(policies, 2):
+        la, lb = policies[a]["live_makespans_s"], policies[b]["live_makespans_s"]
+        if max(la) < min(lb) or max(lb) < min(la):
+            resolved += 1
+            live_first = policies[a]["live_makespan_s"] < policies[b]["live_makespan_s"]
+            sim_first = policies[a]["sim_makespan_s"] < policies[b]["sim_makespan_s"]
+            agree += live_first == sim_first
+    return {
+        "num_pairs": len(policies) * (len(policies) - 1) // 2,
+        "num_resolved_pairs": resolved,
+        "resolved_pairs_agree": agree,
+        "resolved_ranking_match": agree == resolved,
+    }
 
 
 def _table(summary: dict[str, Any]) -> Table:

@@ -51,11 +51,14 @@ def test_cached_table_is_reused_unless_measured_under_load_or_refreshed(
 def test_profile_passes_take_the_median_per_point() -> None:
     gen = bench_generator(True)
     table = profile.profile_engine(
-        gen, batches=(1, 4), contexts=(32,), draft_lens=(0, 2), prefills=(16,), steps=3, passes=2
+        gen, batches=(1, 4), contexts=(32,), draft_lens=(0, 2), prefills=(16,), steps=3, passes=3
     )
     decode = [r for r in table["rows"] if r["kind"] == "decode"]
     assert len(decode) == 4 and all(r["ms"] > 0 for r in decode)
-    assert table["info"]["passes"] == 2 and table["info"]["decode_spread_median"] >= 0
+    # every pass prefills afresh (format 2 resumed the first pass's parked KV: 0 ms after it)
+    prefill = {(r["B"], r["tokens"]): r["ms"] for r in table["rows"] if r["kind"] == "prefill"}
+    assert set(prefill) == {(1, 16), (8, 128)} and all(ms > 0 for ms in prefill.values())
+    assert table["info"]["passes"] == 3 and table["info"]["decode_spread_median"] >= 0
     assert len(table["info"]["load_average"]) == 2
     with pytest.raises(ValueError, match="passes"):
         profile.profile_engine(gen, batches=(1,), contexts=(32,), passes=0)
