@@ -85,7 +85,9 @@ class SGLangClient:
         if resp.status_code in LOST_STATUS or (
             routed and is_upstream_failure(resp.status_code, resp.content)
         ):
-            raise ServerLostError(f"{where}: {error_message(resp.status_code, resp.content)}")
+            raise ServerLostError(
+                f"{where}: {error_message(resp.status_code, resp.content)}"
+            )
         if not 200 <= resp.status_code < 300:
             raise ServerError(f"{path}: {error_message(resp.status_code, resp.content)}")
         if not resp.content:
@@ -97,7 +99,9 @@ class SGLangClient:
             raise ServerError(f"{path}: the server answered with non-JSON {text!r}") from None
 
     async def generate(self, body: dict[str, Any]) -> Any:
-        return await self.call("POST", self._generate_url, body, headers=self._generate_headers)
+        return await self.call(
+            "POST", self._generate_url, body, headers=self._generate_headers
+        )
 
     async def abort(self, rid: str) -> None:
         await self.call("POST", "/abort_request", {"rid": rid})
