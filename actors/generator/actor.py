@@ -88,6 +88,7 @@ class GeneratorActor(Actor):
         self.sync: DraftSync | None = None
         self.step_log = StepLog.from_env(ctx.index)  # SEER_STEP_LOG: validation only
         self._step_span = (0.0, 0.0)
+        self._idle_s = 0.0  # waited for work since the last step (for the step log)
 
     def handlers(self) -> Mapping[type[Message], Handler]:
         return {
@@ -199,15 +200,18 @@ class GeneratorActor(Actor):
                 else:
                     result = await anyio.to_thread.run_sync(self._timed, engine.poll)
                 if self.step_log is not None:
-                    self.step_log.add(loop_start, *self._step_span, result)
+                    self.step_log.add(loop_start, *self._step_span, result, self._idle_s)
+                    self._idle_s = 0.0
                 for delta in result.deltas:
                     self.started.setdefault(delta.request_id, start)
                 for chunk in result.finished:
                     await self._report(chunk)
                 await anyio.lowlevel.checkpoint()
             else:
+                idle_from = time.time()
                 await self.wake.wait()
                 self.wake = anyio.Event()
+                self._idle_s += time.time() - idle_from
 
     def _timed(self, call: Callable[..., StepResult], *args: object) -> StepResult:
         """An engine call in the worker thread; its span kept for the step log."""

@@ -4,7 +4,8 @@ Enabled by the environment variable ``SEER_STEP_LOG=<folder>`` (diagnostic, like
 ``SEER_PROFILE``; the launcher passes the environment to every actor). Per engine step the
 generator keeps one row: when its loop iteration began and the engine call began and ended
 (wall clock, ``time.time()``, the clock chunk records use), the decoding rows, their cached
-context tokens, the prefill and draft tokens, and the chunks it finished. On ``EndRollout``
+context tokens, the prefill and draft tokens, the chunks it finished, and how long it had
+waited for work (nothing queued) since the previous step. On ``EndRollout``
 the rows since the last one are appended to ``<folder>/steps-gen<index>.jsonl`` as one
 line ``{"rollout_id", "instance", "steps": [[...], ...]}`` (columns: ``COLUMNS``).
 
@@ -34,6 +35,7 @@ COLUMNS = (
     "num_draft_tokens",
     "num_finished",
     "num_prefill_requests",
+    "idle_s",  # the loop waited for work (none queued) since the previous step
 )
 
 
@@ -51,7 +53,9 @@ class StepLog:
         Path(folder).mkdir(parents=True, exist_ok=True)
         return cls(Path(folder), instance)
 
-    def add(self, loop_s: float, start_s: float, end_s: float, result: StepResult) -> None:
+    def add(
+        self, loop_s: float, start_s: float, end_s: float, result: StepResult, idle_s: float
+    ) -> None:
         self.rows.append(
             (
                 loop_s,
@@ -63,6 +67,7 @@ class StepLog:
                 result.num_draft_tokens,
                 len(result.finished),
                 result.num_prefill_requests,
+                idle_s,
             )
         )
 

@@ -1,12 +1,12 @@
 """What live generators' step logs say about the simulator's inputs (``SEER_STEP_LOG``).
 
 From the steps a generator logged in one rollout (``actors.generator.step_log``):
-- ``overheads``: the generator's time outside engine calls. Per step: the median gap from
-  one engine call's end to the next one's start after steps that ended no chunk (the
-  worker-thread hand-off and back, the loop, admitting queued chunks); per ended chunk:
-  the median extra gap after steps that ended chunks, over the chunks they ended
-  (reporting each: building and sending its result). Medians, so idle waits (no work) and
-  bursts of load on a shared machine do not count as overhead.
+- ``overheads``: the generator's time outside engine calls while it has work (a gap from
+  one engine call's end to the next one's start, less the time the loop waited with
+  nothing queued). Per step: the mean gap after steps that ended no chunk (the
+  worker-thread hand-off and back, the loop, admitting queued chunks: the mean, since a
+  makespan adds them up); per ended chunk: the median extra gap after steps that ended
+  chunks over the plain gaps' median, per chunk ended (reporting each result).
 - ``teacher_forced``: every logged step priced by the cost table (its decoding rows, their
   mean cached context, draft tokens, prefill tokens) against its measured time: the total
   error, the per-step median, and the same split by kind of step (decode only, prefill
@@ -40,18 +40,19 @@ def overheads(runs: Iterable[Sequence[Step]]) -> dict[str, float]:
     after: list[tuple[float, float]] = []  # (gap, chunks ended)
     for steps in runs:
         for a, b in _pairs(steps):
-            gap = b["start_s"] - a["end_s"]
+            gap = b["start_s"] - a["end_s"] - b["idle_s"]
             if a["num_finished"]:
                 after.append((gap, a["num_finished"]))
             else:
                 plain.append(gap)
-    step = statistics.median(plain) if plain else 0.0
+    step = statistics.fmean(plain) if plain else 0.0
     per_chunk = 0.0
-    if after:
-        extra = statistics.median(gap - step for gap, _ in after)
+    if after and plain:
+        extra = statistics.median(g for g, _ in after) - statistics.median(plain)
         per_chunk = max(extra, 0.0) / statistics.median(n for _, n in after)
     return {
         "step_overhead_s": max(step, 0.0),
+        "step_overhead_median_s": max(statistics.median(plain), 0.0) if plain else 0.0,
         "report_s": per_chunk,
         "num_gaps": len(plain) + len(after),
     }
@@ -103,17 +104,11 @@ def teacher_forced(runs: Iterable[Sequence[Step]], cost: CostModel) -> dict[str,
 
 def time_split(steps: Sequence[Step]) -> dict[str, float]:
     """One generator in one rollout: span (first step's loop start to last step's end),
-    engine (inside engine calls), between (gaps under 50 ms between calls: the loop's own
-    time), idle (longer gaps: no work)."""
+    engine (inside engine calls), idle (waiting with nothing queued), between (the rest:
+    the loop's own time between engine calls)."""
     if not steps:
         return {"span_s": 0.0, "engine_s": 0.0, "between_s": 0.0, "idle_s": 0.0}
     engine = sum(s["end_s"] - s["start_s"] for s in steps)
-    gaps = [b["start_s"] - a["end_s"] for a, b in _pairs(steps)]
-    between = sum(g for g in gaps if g < 0.05) + steps[0]["start_s"] - steps[0]["loop_s"]
+    idle = sum(b["idle_s"] for b in steps[1:])
     span = steps[-1]["end_s"] - steps[0]["loop_s"]
-    return {
-        "span_s": span,
-        "engine_s": engine,
-        "between_s": between,
-        "idle_s": span - engine - between,
-    }
+    return {"span_s": span, "engine_s": engine, "between_s": span - engine - idle, "idle_s": idle}

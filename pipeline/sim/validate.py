@@ -4,25 +4,33 @@
    separately from the runs it must predict: once per machine, then reused from the profile
    cache (``profile.cached_table``; ``--reprofile`` measures again), so that repeated
    validations replay on the same table and differ only by their live side.
-2. Teacher-forced step time: the validation workload runs through the engine in this
-   process; every logged step (decode rows, their mean context, draft tokens, prefill
-   tokens) is priced by the table and compared with its measured time
-   (``step_time_err`` = |predicted total - measured total| / measured total).
+2. Teacher-forced step time, in this process: the validation workload runs through the
+   engine here; every step (decode rows, their mean context, draft tokens, prefill tokens
+   and requests) is priced by the table and compared with its measured time
+   (``teacher_forced``).
 3. Live: ``seer bench rollout``'s topology (2 generator processes, real splitter, estimator,
    scheduler, and draft store when speculating) runs each policy -- baseline, divided,
    context_aware, oracle, each without and with grouped drafts -- on the same workload for
-   each of ``seeds`` seeds (at least 3); every run is saved as a trace.
+   each of ``seeds`` seeds (at least 3); every run is saved as a trace, and the generators
+   log every engine step (``SEER_STEP_LOG``, ``<json folder>/steps/``). The same pricing
+   on the live-logged steps is ``step_time_err`` (``live_step_time``: by kind of step);
+   ``live_time_split`` says where each generator's time went (engine calls, the loop
+   between them, idle).
 4. Replay: each trace's requests (with their recorded lengths) go through the simulator
    under the same policy, knobs and seed; the simulator's policies see what live ones see
-   (estimates from finished siblings, telemetry at chunk ends), as late as live ones do:
-   the control plane's dispatch and result delays (``latencies``) are measured from the
-   seed's live traces (system constants of this machine, not outcomes of a policy). With
-   drafts, acceptance comes from real suffix trees over independent random tokens of the
-   model's vocabulary (the bench model is random, so its siblings share no text).
+   (estimates from finished siblings, telemetry at chunk ends), as late as live ones do.
+   System constants of this machine, measured from the seed's live runs (pooled over its
+   policies, not outcomes of one): the control plane's dispatch, result and start-up
+   delays (``latencies``, from traces) and the generator's time outside engine steps, per
+   step and per reported chunk (``steplog.overheads``). With drafts, acceptance comes from
+   real suffix trees over independent random tokens of the model's vocabulary (the bench
+   model is random, so its siblings share no text).
 Per configuration: medians over seeds of live and simulated makespan and tail time, the
-median relative errors, the live spread (max - min over seeds, relative to the median:
-the noise floor), preemptions both ways; ``ranking_match``: the eight configurations in
-the same order by median makespan live and simulated.
+median relative errors (and the tail's absolute one), the live spread (max - min over
+seeds, relative to the median: the noise floor), preemptions both ways; ``ranking_match``:
+the eight configurations in the same order by median makespan live and simulated;
+``resolved_ranking_match``: the same on the pairs whose live makespans over seeds do not
+overlap (the pairs the live side can order at all).
 """
 
 from __future__ import annotations
@@ -300,6 +308,9 @@ def run(
                     ("live_tail_s", lm["tail_s"]),
                     ("sim_tail_s", sm["tail_s"]),
                     ("tail_err", _rel(sm["tail_s"], lm["tail_s"])),
+                    # the tail is the last 10% of requests (3 of 32): a small absolute
+                    # time, so its relative error is large; the absolute one beside it
+                    ("tail_abs_err_s", abs(sm["tail_s"] - lm["tail_s"])),
                     ("live_preemptions", lm["num_preemptions"]),
                     ("sim_preemptions", sm["num_preemptions"]),
                     ("live_accept_len", lm["mean_accept_len"]),

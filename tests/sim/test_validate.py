@@ -31,5 +31,14 @@ def test_tiny_validate_run_writes_the_json_shape(tmp_path: Path) -> None:
         assert p["live_makespan_s"] > 0 and p["sim_makespan_s"] > 0
     assert isinstance(data["ranking_match"], bool)
     assert data["step_time_err"] >= 0 and data["teacher_forced"]["num_steps"] > 0
+    # the live generators logged their steps: priced by the table, and their time outside
+    # engine calls measured (and given to the simulator)
+    live_steps = data["live_step_time"]
+    assert live_steps["num_steps"] > 0 and data["step_time_err"] == live_steps["step_time_err"]
+    [lat] = data["latencies_s"]
+    assert lat["step_overhead_s"] > 0 and lat["num_gaps"] > 0 and lat["start"] > 0
+    split = data["policies"]["baseline"]["live_time_split"]
+    assert 0 < split["engine_s"] < split["span_s"]
+    assert len(list((tmp_path / "steps" / "seed0").glob("steps-gen*.jsonl"))) == 2
     assert Path(data["timeline_png"]).stat().st_size > 0
     assert len(list(tmp_path.glob("trace-*-seed0.json"))) == 4
