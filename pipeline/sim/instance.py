@@ -105,6 +105,8 @@ class SimInstance:
             "num_accepted_tokens": 0,
         }
         self.busy_s = 0.0
+        self.engine_s = 0.0  # of which inside engine steps (the rest: overhead, reports)
+        self._seg_engine = (0.0, 0.0)  # the stretch's prefill and decode step, engine only
         self._clock = 0
         self._recompute: set[int] = set()  # requests preempted: their next admission recomputes
         # the current stretch
@@ -122,6 +124,16 @@ class SimInstance:
     # --- books -----------------------------------------------------------------------
     def kv_used(self) -> float:
         return sum(c.ctx for c in self.running) + sum(self.parked.values())
+
+    def kv_used_at(self, now: float) -> float:
+        """KV in use at ``now``, counting the steps of the current stretch already run (the
+        books are applied at the stretch's end; a live engine reports its KV as of now)."""
+        used = self.kv_used()
+        if self.seg_end is None or self.seg_dt <= 0:
+            return used
+        into = now - self.seg_start - self.seg_prefill
+        steps = min(self.seg_steps, max(0, math.floor(into / self.seg_dt + 1e-9)))
+        return used + sum(min(steps * c.rate, c.target - c.done) for c in self.running)
 
     @property
     def num_load(self) -> int:
@@ -235,9 +247,10 @@ class SimInstance:
         mean_ctx = sum(c.ctx for c in self.running) / batch + steps * growth / batch / 2
         self.seg_start = now
         self.seg_prefill = self.cost.prefill_s(prefill_tokens, prefill_segments)
+        self._seg_engine = (self.seg_prefill, self.cost.decode_s(batch, mean_ctx, drafts / batch))
         self.seg_prefill += self._reports_due
         self._reports_due = 0.0
-        step = self.cost.decode_s(batch, mean_ctx, drafts / batch) + self.step_overhead_s
+        step = self._seg_engine[1] + self.step_overhead_s
         self.seg_dt = step if steps else 0.0
         self.seg_steps = steps
         self.seg_end = now + self.seg_prefill + steps * self.seg_dt
@@ -260,6 +273,7 @@ class SimInstance:
         steps = self.seg_steps
         assert self.seg_end is not None
         self.busy_s += self.seg_end - self.seg_start
+        self.engine_s += self._seg_engine[0] + steps * self._seg_engine[1]
         self.counts["num_steps"] += steps
         out: list[Chunk] = []
         keep: list[Chunk] = []

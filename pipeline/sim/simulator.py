@@ -363,7 +363,7 @@ class _Run:
         load = InstanceLoad(
             index=inst.index,
             num_running=inst.num_load,
-            kv_tokens_used=int(inst.kv_used()),
+            kv_tokens_used=int(inst.kv_used_at(now)),
             kv_tokens_total=inst.kv_capacity,
             max_running=inst.max_batch,
         )
@@ -445,6 +445,10 @@ class _Run:
             time.perf_counter() - start,
             time.process_time() - cpu,
             self.num_events,
+            {  # per instance: engine steps and the time inside them (for validation)
+                "num_steps": [inst.counts["num_steps"] for inst in self.instances],
+                "engine_s": [inst.engine_s for inst in self.instances],
+            },
         )
 
     def _record(self, policy_name: str, makespan: float) -> RolloutRecord:

@@ -245,7 +245,7 @@ def run(
     size = size or ("quick" if quick else "full")
     if size not in SIZES:
         raise ValueError(f"size must be one of {SIZES}, got {size!r}")
-    console = Console(width=150)
+    console = Console(width=180)
     folder = Path(json_path).parent if json_path else Path(tempfile.mkdtemp())
     folder.mkdir(parents=True, exist_ok=True)
     gen = bench_generator(size != "full")
@@ -301,6 +301,16 @@ def run(
                 sim = simulate(reqs, policy, cfg, cost, acceptance=acceptance)
                 lm, sm = compute_metrics(record), compute_metrics(sim.record)
                 row = rows.setdefault(name, {})
+                if policy in by_policy:  # live engine steps against simulated ones
+                    logged = [s for per in by_policy[policy] for s in per]
+                    live_engine = sum(s["end_s"] - s["start_s"] for s in logged)
+                    for key, value in (
+                        ("live_num_steps", len(logged)),
+                        ("sim_num_steps", sum(sim.extra["num_steps"])),
+                        ("live_engine_s", live_engine),
+                        ("sim_engine_s", sum(sim.extra["engine_s"])),
+                    ):
+                        row.setdefault(key, []).append(float(value))
                 for key, value in (
                     ("live_makespan_s", lm["makespan_s"]),
                     ("sim_makespan_s", sm["makespan_s"]),
@@ -402,6 +412,8 @@ def _table(summary: dict[str, Any]) -> Table:
         "sim tail",
         "tail err",
         "preempt live/sim",
+        "steps live/sim",
+        "engine s live/sim",
     ):
         t.add_column(c, justify="right")
     for name, p in summary["policies"].items():
@@ -415,6 +427,8 @@ def _table(summary: dict[str, Any]) -> Table:
             f"{p['sim_tail_s']:.2f}",
             f"{p['tail_err']:.1%}",
             f"{p['live_preemptions']:.0f}/{p['sim_preemptions']:.0f}",
+            f"{p.get('live_num_steps', 0):.0f}/{p.get('sim_num_steps', 0):.0f}",
+            f"{p.get('live_engine_s', 0):.2f}/{p.get('sim_engine_s', 0):.2f}",
         )
     t.caption = (
         f"makespan error median {summary['median_makespan_err']:.1%}, worst "
