@@ -11,6 +11,9 @@ Writes the simulator's table format (``pipeline.sim.costmodel``), shape ``builti
   live step often prefills many short prompts at once, which costs more than one prompt of
   the same total length. (Format 2 measured prefill as 0 ms in every pass but the first:
   the request resumed its own parked KV; format 3 releases it.)
+Conditions: live, two generator processes step at once (the validation topology), so the
+grid is measured while a twin process decodes step after step (``twin``, on in both
+grids): what one generator's step costs while the other runs.
 Stability: the grid is measured in ``passes`` interleaved passes (every point once per
 pass) and each point's table value is the median over passes, so a burst of load during
 one pass moves no row by much; the table's ``info`` records the load average before and
@@ -27,12 +30,15 @@ machine): the next run measures again.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import multiprocessing
 import os
 import platform
 import statistics
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +108,46 @@ def _prefill_ms(engine: TorchEngine, tokens: int, segments: int = 1) -> float:
     return 1e3 * statistics.median(total)
 
 
+def _twin(gen: dict[str, Any], batch: int, ctx: int, ready: Any, stop: Any) -> None:
+    """A second generator's engine decoding ``batch`` requests at about ``ctx`` tokens of
+    context, step after step, until ``stop`` is set (a process of its own, as live)."""
+    engine = _engine(gen)
+    greedy = SamplingParams(temperature=1.0, ignore_eos=True, seed=2)
+    prompt = tuple((5 * i) % 250 for i in range(ctx))
+    n = 0
+    while not stop.is_set():
+        ids = [f"t{n}-{i}" for i in range(batch)]
+        n += 1
+        for rid in ids:
+            engine.add(ChunkRequest(rid, prompt, 64, params=greedy))
+        while engine.has_work() and not stop.is_set():
+            engine.step()
+            ready.set()
+        for rid in ids:
+            engine.release(rid)
+
+
+@contextlib.contextmanager
+def _twin_running(gen: dict[str, Any], batch: int, ctx: int) -> Iterator[None]:
+    """Run ``_twin`` in a spawned process for the duration of the block."""
+    mp = multiprocessing.get_context("spawn")
+    ready, stop = mp.Event(), mp.Event()
+    proc = mp.Process(target=_twin, args=(gen, batch, ctx, ready, stop), daemon=True)
+    proc.start()
+    try:
+        deadline = time.monotonic() + 120.0
+        while not ready.wait(0.5):
+            if not proc.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"profile: the twin generator never stepped ({proc.exitcode=})")
+        yield
+    finally:
+        stop.set()
+        proc.join(10.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5.0)
+
+
 def profile_engine(
     gen: dict[str, Any],
     *,
@@ -112,9 +158,36 @@ def profile_engine(
     prefill_segments: tuple[int, ...] = (1, 8),
     steps: int = 12,
     passes: int = 1,
+    twin: bool = False,
 ) -> dict[str, Any]:
+    """``twin``: measure while a second generator process decodes (a batch of half the
+    largest, at the middle context) step after step, as the validation topology's two
+    generators do: they share the cores' caches and memory bandwidth, and the machine."""
     if passes < 1:
         raise ValueError(f"passes must be >= 1, got {passes}")
+    if not twin:
+        return _profile(
+            gen, batches, contexts, draft_lens, prefills, prefill_segments, steps, passes
+        )
+    middle = sorted(contexts)[len(contexts) // 2]
+    with _twin_running(gen, max(1, max(batches) // 2), middle):
+        table = _profile(
+            gen, batches, contexts, draft_lens, prefills, prefill_segments, steps, passes
+        )
+    table["info"]["twin"] = {"batch": max(1, max(batches) // 2), "ctx": middle}
+    return table
+
+
+def _profile(
+    gen: dict[str, Any],
+    batches: tuple[int, ...],
+    contexts: tuple[int, ...],
+    draft_lens: tuple[int, ...],
+    prefills: tuple[int, ...],
+    prefill_segments: tuple[int, ...],
+    steps: int,
+    passes: int,
+) -> dict[str, Any]:
     engine = _engine(gen)
     _decode_ms(engine, 2, 16, 4)  # warm up
     load_before = _load_average()
@@ -192,12 +265,14 @@ def _grid(quick: bool) -> dict[str, Any]:
             "prefills": (16, 64, 256),
             "steps": 8,
             "passes": 3,
+            "twin": True,
         }
     return {
         "batches": (1, 2, 4, 8, 16, 32),
         "contexts": (32, 128, 256, 512, 900),
         "steps": 16,
         "passes": 3,
+        "twin": True,
     }
 
 

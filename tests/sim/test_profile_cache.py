@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 from pathlib import Path
 from typing import Any
 
@@ -62,3 +63,14 @@ def test_profile_passes_take_the_median_per_point() -> None:
     assert len(table["info"]["load_average"]) == 2
     with pytest.raises(ValueError, match="passes"):
         profile.profile_engine(gen, batches=(1,), contexts=(32,), passes=0)
+
+
+@pytest.mark.timeout(180)
+def test_profile_with_a_twin_generator_stepping_alongside() -> None:
+    gen = bench_generator(True)
+    table = profile.profile_engine(
+        gen, batches=(1, 4), contexts=(32,), draft_lens=(0,), prefills=(16,), steps=3, twin=True
+    )
+    assert table["info"]["twin"] == {"batch": 2, "ctx": 32}
+    assert all(r["ms"] > 0 for r in table["rows"])
+    assert not multiprocessing.active_children()  # the twin is gone with the block
