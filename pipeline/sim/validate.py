@@ -385,6 +385,8 @@ def _resolved_ranking(policies: dict[str, dict[str, Any]]) -> dict[str, Any]:
     resolved = agree = 0
     for a, b in itertools.combinations(policies, 2):
         la, lb = policies[a]["live_makespans_s"], policies[b]["live_makespans_s"]
+        if min(len(la), len(lb)) < 2:
+            continue  # one seed says nothing about the noise: no pair is resolved
         if max(la) < min(lb) or max(lb) < min(la):
             resolved += 1
             live_first = policies[a]["live_makespan_s"] < policies[b]["live_makespan_s"]

@@ -42,3 +42,19 @@ def test_tiny_validate_run_writes_the_json_shape(tmp_path: Path) -> None:
     assert len(list((tmp_path / "steps" / "seed0").glob("steps-gen*.jsonl"))) == 2
     assert Path(data["timeline_png"]).stat().st_size > 0
     assert len(list(tmp_path.glob("trace-*-seed0.json"))) == 4
+
+
+def test_resolved_ranking_counts_only_pairs_whose_live_seeds_do_not_overlap() -> None:
+    def p(live: list[float], sim: float) -> dict[str, object]:
+        return {"live_makespans_s": live, "live_makespan_s": sorted(live)[1], "sim_makespan_s": sim}
+
+    policies = {
+        "a": p([1.0, 1.1, 1.2], 5.0),
+        "b": p([2.0, 2.1, 2.2], 4.0),
+        "c": p([1.1, 1.5, 2.1], 1.0),
+    }
+    out = validate._resolved_ranking(policies)  # only a-b is resolved, and the simulator flips it
+    assert (out["num_resolved_pairs"], out["resolved_pairs_agree"]) == (1, 0)
+    assert not out["resolved_ranking_match"] and out["num_pairs"] == 3
+    single = {k: {**v, "live_makespans_s": v["live_makespans_s"][:1]} for k, v in policies.items()}
+    assert validate._resolved_ranking(single)["num_resolved_pairs"] == 0
