@@ -49,7 +49,7 @@ from actors.generator.builtin import StepProfile, build_torch_engine
 from actors.generator.builtin.torch_engine import TorchEngine
 from pipeline.config import build_options
 
-__all__ = ["SHAPE", "cache_key", "cached_table", "profile_engine", "run"]
+__all__ = ["SHAPE", "cache_key", "cached_table", "profile_engine", "run", "twin_running"]
 
 SHAPE = "builtin-cpu"
 FORMAT = 3  # bump when the measurement method changes (cached tables then re-measure)
@@ -125,6 +125,13 @@ def _twin(gen: dict[str, Any], batch: int, ctx: int, ready: Any, stop: Any) -> N
             ready.set()
         for rid in ids:
             engine.release(rid)
+
+
+def twin_running(
+    gen: dict[str, Any], twin: dict[str, int]
+) -> contextlib.AbstractContextManager[None]:
+    """The twin a table was measured with (its ``info["twin"]``), running for a block."""
+    return _twin_running(gen, int(twin["batch"]), int(twin["ctx"]))
 
 
 @contextlib.contextmanager

@@ -35,6 +35,7 @@ overlap (the pairs the live side can order at all).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -256,7 +257,10 @@ def run(
         console.print(f"cost table {table} ({'from the cache' if was_cached else 'measured now'})")
     table_data = load_table(table)
     cost = CostModel(table_data["rows"], sim_profile.SHAPE)
-    teacher = teacher_forced_error(_workload(size, 0), gen, cost)
+    twin = table_data.get("info", {}).get("twin")
+    with sim_profile.twin_running(gen, twin) if twin else contextlib.nullcontext():
+        # in the conditions the table was measured in (a twin generator stepping alongside)
+        teacher = teacher_forced_error(_workload(size, 0), gen, cost)
     console.print(
         f"teacher-forced: {teacher['num_steps']} engine steps, total step time error "
         f"{teacher['step_time_err']:.1%} (per step, median {teacher['per_step_median_err']:.1%})"

@@ -16,7 +16,7 @@ from pipeline.sim import profile, validate
 def test_tiny_validate_run_writes_the_json_shape(tmp_path: Path) -> None:
     gen = bench_generator(True)
     table = profile.profile_engine(
-        gen, batches=(1, 4, 16), contexts=(32, 96), prefills=(16, 64), steps=4
+        gen, batches=(1, 4, 16), contexts=(32, 96), prefills=(16, 64), steps=4, twin=True
     )
     assert {r["kind"] for r in table["rows"]} == {"decode", "prefill"}
     table_path = tmp_path / "table.json"
@@ -31,6 +31,7 @@ def test_tiny_validate_run_writes_the_json_shape(tmp_path: Path) -> None:
         assert p["live_makespan_s"] > 0 and p["sim_makespan_s"] > 0
     assert isinstance(data["ranking_match"], bool)
     assert data["step_time_err"] >= 0 and data["teacher_forced"]["num_steps"] > 0
+    assert data["cost_table_info"]["twin"] == {"batch": 8, "ctx": 96}  # checked with it too
     # the live generators logged their steps: priced by the table, and their time outside
     # engine calls measured (and given to the simulator)
     live_steps = data["live_step_time"]
