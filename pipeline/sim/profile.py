@@ -264,7 +264,7 @@ def _load_average() -> float:
         return float("nan")
 
 
-def _grid(quick: bool) -> dict[str, Any]:
+def _grid(quick: bool, twin: bool = True) -> dict[str, Any]:
     if quick:
         return {
             "batches": (1, 2, 4, 8, 16),
@@ -272,14 +272,14 @@ def _grid(quick: bool) -> dict[str, Any]:
             "prefills": (16, 64, 256),
             "steps": 8,
             "passes": 3,
-            "twin": True,
+            "twin": twin,
         }
     return {
         "batches": (1, 2, 4, 8, 16, 32),
         "contexts": (32, 128, 256, 512, 900),
         "steps": 16,
         "passes": 3,
-        "twin": True,
+        "twin": twin,
     }
 
 
@@ -293,12 +293,12 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def cache_key(gen: dict[str, Any], quick: bool) -> str:
+def cache_key(gen: dict[str, Any], quick: bool, twin: bool = True) -> str:
     """A hash of everything a profile's table depends on (see the module docstring)."""
     what = {
         "format": FORMAT,
         "generator": gen,
-        "grid": _grid(quick),
+        "grid": _grid(quick, twin),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "cpu": _cpu_model(),
@@ -326,22 +326,31 @@ def cache_dir() -> Path:
 
 
 def cached_table(
-    gen: dict[str, Any], quick: bool, *, refresh: bool = False, folder: Path | None = None
+    gen: dict[str, Any],
+    quick: bool,
+    *,
+    refresh: bool = False,
+    folder: Path | None = None,
+    twin: bool = True,
 ) -> tuple[Path, bool]:
-    """This machine's table for ``gen`` (profiled now if not cached, or if ``refresh``);
-    returns (path, whether it came from the cache)."""
-    path = (folder or cache_dir()) / "profiles" / f"builtin-cpu-{cache_key(gen, quick)}.json"
+    """This machine's table for ``gen`` (profiled now if not cached, or if ``refresh``;
+    ``twin``: with a twin generator stepping alongside); returns (path, whether it came
+    from the cache)."""
+    key = cache_key(gen, quick, twin)
+    path = (folder or cache_dir()) / "profiles" / f"builtin-cpu-{key}.json"
     if path.exists() and not refresh and not _measured_under_load(path):
         return path, True
-    run(str(path), quick=quick, gen=gen)
+    run(str(path), quick=quick, gen=gen, twin=twin)
     return path, False
 
 
-def run(json_path: str, quick: bool = False, gen: dict[str, Any] | None = None) -> dict[str, Any]:
+def run(
+    json_path: str, quick: bool = False, gen: dict[str, Any] | None = None, twin: bool = True
+) -> dict[str, Any]:
     from pipeline.bench.rollout import bench_generator
 
     gen = gen or bench_generator(quick)
-    table = profile_engine(gen, **_grid(quick))
+    table = profile_engine(gen, **_grid(quick, twin))
     path = Path(json_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")

@@ -250,11 +250,14 @@ def run(
     folder = Path(json_path).parent if json_path else Path(tempfile.mkdtemp())
     folder.mkdir(parents=True, exist_ok=True)
     gen = bench_generator(size != "full")
+    solo: CostModel | None = None  # the table measured alone, for comparison
     if table is None:
         console.print("cost table: this machine's profile (cached, or measured now) ...")
         path, was_cached = sim_profile.cached_table(gen, size != "full", refresh=reprofile)
         table = str(path)
         console.print(f"cost table {table} ({'from the cache' if was_cached else 'measured now'})")
+        alone, _ = sim_profile.cached_table(gen, size != "full", refresh=reprofile, twin=False)
+        solo = CostModel(load_table(alone)["rows"], sim_profile.SHAPE)
     table_data = load_table(table)
     cost = CostModel(table_data["rows"], sim_profile.SHAPE)
     twin = table_data.get("info", {}).get("twin")
@@ -352,6 +355,8 @@ def run(
     sim_rank = sorted(policies, key=lambda n: policies[n]["sim_makespan_s"])
     errs = [p["makespan_err"] for p in policies.values()]
     live_steps = steplog.teacher_forced(all_steps, cost) if all_steps else None
+    if live_steps is not None and solo is not None:  # which conditions the live steps match
+        live_steps["solo_table"] = steplog.teacher_forced(all_steps, solo)
     summary = {
         "policies": policies,
         "ranking_match": live_rank == sim_rank,

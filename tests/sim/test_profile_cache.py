@@ -23,6 +23,7 @@ def test_cache_key_follows_what_determines_the_table() -> None:
     assert profile.cache_key(gen, True) == profile.cache_key(dict(gen), True)
     assert profile.cache_key(gen, True) != profile.cache_key(gen, False)  # another grid
     assert profile.cache_key(gen, True) != profile.cache_key({**gen, "max_batch": 8}, True)
+    assert profile.cache_key(gen, True) != profile.cache_key(gen, True, twin=False)
 
 
 def test_cached_table_is_reused_unless_measured_under_load_or_refreshed(
@@ -30,7 +31,9 @@ def test_cached_table_is_reused_unless_measured_under_load_or_refreshed(
 ) -> None:
     measured: list[str] = []
 
-    def fake_run(json_path: str, quick: bool = False, gen: Any = None) -> dict[str, Any]:
+    def fake_run(
+        json_path: str, quick: bool = False, gen: Any = None, twin: bool = True
+    ) -> dict[str, Any]:
         measured.append(json_path)  # stands in for a 30 s measurement
         _write(Path(json_path), [0.5, 0.5])
         return {}
