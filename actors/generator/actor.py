@@ -28,7 +28,7 @@ serving.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import anyio
 import torch
@@ -41,11 +41,13 @@ from actors.generator.engine import (
     Engine,
     RemoteEngine,
     SpeculativeEngine,
+    StepResult,
     error_result,
 )
 from actors.generator.errors import EngineError, ServerLostError
 from actors.generator.options import GeneratorOptions
 from actors.generator.speculator import Speculator
+from actors.generator.step_log import StepLog
 from actors.generator.wire import chunk_finished, chunk_request, load_info
 from transport.errors import TransportError
 from transport.messages import (
@@ -84,6 +86,9 @@ class GeneratorActor(Actor):
         self.num_chunks = 0
         self.spec: Speculator | None = None  # set when the engine verifies drafts
         self.sync: DraftSync | None = None
+        self.step_log = StepLog.from_env(ctx.index)  # SEER_STEP_LOG: validation only
+        self._step_span = (0.0, 0.0)
+        self._idle_s = 0.0  # waited for work since the last step (for the step log)
 
     def handlers(self) -> Mapping[type[Message], Handler]:
         return {
@@ -181,6 +186,7 @@ class GeneratorActor(Actor):
     async def _step_loop(self) -> None:
         engine = self._engine()
         while True:
+            loop_start = time.time()
             await self._admit(engine)
             if self.new_weights is not None and not engine.has_work():
                 self._swap_weights(engine)
@@ -189,23 +195,37 @@ class GeneratorActor(Actor):
                 if self.spec is not None and isinstance(engine, SpeculativeEngine):
                     decoding = engine.decoding_request_ids()
                     drafts = self.spec.drafts(decoding)
-                    result = await anyio.to_thread.run_sync(engine.step, drafts)
+                    result = await anyio.to_thread.run_sync(self._timed, engine.step, drafts)
                     self.spec.observe(result, decoding)
                 else:
-                    result = await anyio.to_thread.run_sync(engine.poll)
+                    result = await anyio.to_thread.run_sync(self._timed, engine.poll)
+                if self.step_log is not None:
+                    self.step_log.add(loop_start, *self._step_span, result, self._idle_s)
+                    self._idle_s = 0.0
                 for delta in result.deltas:
                     self.started.setdefault(delta.request_id, start)
                 for chunk in result.finished:
                     await self._report(chunk)
                 await anyio.lowlevel.checkpoint()
             else:
+                idle_from = time.time()
                 await self.wake.wait()
                 self.wake = anyio.Event()
+                self._idle_s += time.time() - idle_from
+
+    def _timed(self, call: Callable[..., StepResult], *args: object) -> StepResult:
+        """An engine call in the worker thread; its span kept for the step log."""
+        start = time.time()
+        result = call(*args)
+        self._step_span = (start, time.time())
+        return result
 
     async def _admit(self, engine: Engine) -> None:
         pending, self.pending = self.pending, []
         for msg in pending:
             if isinstance(msg, EndRollout):
+                if self.step_log is not None:
+                    await anyio.to_thread.run_sync(self.step_log.flush, msg.rollout_id)
                 for request_id in msg.request_ids:
                     if request_id in self.parked:
                         engine.release(request_id)

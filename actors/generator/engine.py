@@ -135,6 +135,8 @@ class StepResult:
     num_decode_rows: int = 0
     num_prefill_tokens: int = 0
     num_draft_tokens: int = 0
+    num_decode_context_tokens: int = 0  # cached tokens the decoding rows attended over
+    num_prefill_requests: int = 0  # requests the prefill tokens belong to
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,9 +11,11 @@ with ``ctx`` cached tokens. ``decode_s(B, ctx, g)`` interpolates linearly in log
 and in g, and extrapolates from the last two grid points beyond the grid (linearly in B past the
 largest measured batch: the H200 grid stops at B * ctx = 2M, and a larger batch of long
 contexts reads proportionally more KV). ``prefill_s(tokens)`` interpolates linearly in
-tokens; a table without prefill rows (the MoE one) prices a prefill token like a token of
-the largest measured decode batch at the smallest context (a batched forward over many
-tokens).
+tokens and, when the table measured steps prefilling several requests at once (prefill
+rows with ``B`` > 1: per-request work is not free on a CPU), linearly in log2(requests)
+between them; a table without prefill rows (the MoE one) prices a prefill token like a
+token of the largest measured decode batch at the smallest context (a batched forward over
+many tokens).
 Step time is made non-decreasing in g (as the speculation policy reads it: a noisy
 profile can say a draft costs less than none). Results are cached on a grid of 1/4 draft
 token and 1/64 of the context.
@@ -92,20 +94,23 @@ class CostModel:
             for c in self.contexts:
                 if (g, c) not in self._grid:
                     raise CostModelError(f"shape {shape!r}: no decode rows for g={g}, ctx={c}")
-        prefill = sorted(
-            (int(r["tokens"]), float(r["ms"]))
-            for r in rows
-            if r.get("shape") == shape and r.get("kind") == "prefill"
-        )
-        if prefill:
-            self._prefill: tuple[tuple[float, ...], tuple[float, ...]] = (
-                (0.0, *(float(t) for t, _ in prefill)),
-                (0.0, *(ms for _, ms in prefill)),
-            )
-        else:
+        by_segments: dict[int, list[tuple[float, float]]] = {}
+        for r in rows:
+            if r.get("shape") == shape and r.get("kind") == "prefill":
+                b, ms = int(r.get("B", 1)), float(r["ms"])
+                if b < 1 or not ms > 0:
+                    raise CostModelError(f"bad prefill row {r}")
+                by_segments.setdefault(b, []).append((float(r["tokens"]), ms))
+        # requests prefilled in one step -> ([0, total tokens...], [0, ms...])
+        self._prefill: dict[int, tuple[tuple[float, ...], tuple[float, ...]]] = {
+            b: ((0.0, *(t for t, _ in sorted(v))), (0.0, *(ms for _, ms in sorted(v))))
+            for b, v in by_segments.items()
+        }
+        if not self._prefill:
             xs, ys = self._grid[(0, self.contexts[0])]
             per_token = ys[-1] / 2 ** xs[-1]
-            self._prefill = ((0.0, 1.0), (0.0, per_token))
+            self._prefill = {1: ((0.0, 1.0), (0.0, per_token))}
+        self._segments = sorted(self._prefill)
         self.max_batch = int(2 ** max(max(xs) for xs, _ in self._grid.values()))
         self._cached = lru_cache(maxsize=1 << 16)(self._decode_ms)
 
@@ -138,7 +143,15 @@ class CostModel:
         floor = min(min(ys) for _, ys in self._grid.values()) * 0.5
         return max(_interp(self.draft_lens, per_g, min(g, self.draft_lens[-1])), floor)
 
-    def prefill_s(self, tokens: int) -> float:
+    def prefill_s(self, tokens: int, segments: int = 1) -> float:
+        """One step prefilling ``tokens`` new tokens in all, of ``segments`` requests:
+        linear in tokens per measured request count, then linear in log2(requests) between
+        the measured counts (clamped to them)."""
         if tokens <= 0:
             return 0.0
-        return max(_interp(*self._prefill, float(tokens)), 0.0) / 1e3
+        segs = self._segments
+        per = [max(_interp(*self._prefill[b], float(tokens)), 0.0) for b in segs]
+        if len(segs) == 1:
+            return per[0] / 1e3
+        x = min(max(math.log2(max(segments, 1)), math.log2(segs[0])), math.log2(segs[-1]))
+        return max(_interp([math.log2(b) for b in segs], per, x), 0.0) / 1e3

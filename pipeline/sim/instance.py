@@ -17,6 +17,9 @@ the batch unchanged (until the first chunk ends, KV runs out, or ``max_steps``),
 them with the cost model at the stretch's mid-point context, and ``finish`` applies them
 at once; ``cut`` shortens a stretch when new work arrives (the step in flight completes).
 A request makes ``rate`` tokens per step (1, plus the accepted drafts expected).
+Outside the engine: ``step_overhead_s`` is added to every step and ``report_s`` per ended
+chunk before the next stretch (the live generator's loop: thread hand-off, admission,
+reporting results; measured from live step logs, see ``pipeline.sim.steplog``).
 """
 
 from __future__ import annotations
@@ -70,6 +73,8 @@ class SimInstance:
         kv_pool: KvPool = "local",
         max_steps: int = 256,
         max_prefill_tokens: int = 1 << 30,
+        step_overhead_s: float = 0.0,
+        report_s: float = 0.0,
     ) -> None:
         if max_batch < 1 or kv_capacity < 1 or max_steps < 1:
             raise ValueError("max_batch, kv_capacity and max_steps must be >= 1")
@@ -82,6 +87,11 @@ class SimInstance:
         self.kv_pool = kv_pool
         self.max_steps = max_steps
         self.max_prefill_tokens = max_prefill_tokens
+        # the live generator's time outside engine steps: per step (the hand-off to the
+        # worker thread and back, admitting queued chunks) and per chunk it reports
+        self.step_overhead_s = step_overhead_s
+        self.report_s = report_s
+        self._reports_due = 0.0  # reporting the chunks that just ended delays the next step
         self.waiting: deque[Chunk] = deque()
         self.running: list[Chunk] = []
         self.parked: OrderedDict[int, float] = OrderedDict()  # request -> KV tokens (LRU)
@@ -95,6 +105,8 @@ class SimInstance:
             "num_accepted_tokens": 0,
         }
         self.busy_s = 0.0
+        self.engine_s = 0.0  # of which inside engine steps (the rest: overhead, reports)
+        self._seg_engine = (0.0, 0.0)  # the stretch's prefill and decode step, engine only
         self._clock = 0
         self._recompute: set[int] = set()  # requests preempted: their next admission recomputes
         # the current stretch
@@ -112,6 +124,16 @@ class SimInstance:
     # --- books -----------------------------------------------------------------------
     def kv_used(self) -> float:
         return sum(c.ctx for c in self.running) + sum(self.parked.values())
+
+    def kv_used_at(self, now: float) -> float:
+        """KV in use at ``now``, counting the steps of the current stretch already run (the
+        books are applied at the stretch's end; a live engine reports its KV as of now)."""
+        used = self.kv_used()
+        if self.seg_end is None or self.seg_dt <= 0:
+            return used
+        into = now - self.seg_start - self.seg_prefill
+        steps = min(self.seg_steps, max(0, math.floor(into / self.seg_dt + 1e-9)))
+        return used + sum(min(steps * c.rate, c.target - c.done) for c in self.running)
 
     @property
     def num_load(self) -> int:
@@ -148,21 +170,23 @@ class SimInstance:
             self._clock += 1
             self.running.append(head)
 
-    def _prefill(self) -> int:
-        """Prefill tokens of the chunks admitted and still running (counted once they run)."""
-        total = 0
+    def _prefill(self) -> tuple[int, int]:
+        """Prefill tokens of the chunks admitted and still running (counted once they run),
+        and how many chunks they belong to."""
+        total = segments = 0
         for c in self.running:
             need, c.pending_prefill = c.pending_prefill, 0
             if need <= 0:
                 continue
             total += need
+            segments += 1
             if c.request in self._recompute:
                 self.counts["num_recomputed_tokens"] += need
             elif not c.new_ctx:
                 self.counts["num_reprefilled_tokens"] += need
                 c.reprefilled += need
             self._recompute.discard(c.request)
-        return total
+        return total, segments
 
     def _evict(self, keep: int) -> bool:
         for rid in self.parked:
@@ -196,9 +220,10 @@ class SimInstance:
         self.version += 1
         self._admit()
         self._make_room()
-        prefill_tokens = self._prefill()
+        prefill_tokens, prefill_segments = self._prefill()
         if not self.running:
             self.seg_end = None
+            self._reports_due = 0.0  # reported while idle
             return None
         for c in self.running:
             if c.start_s < 0:
@@ -221,8 +246,12 @@ class SimInstance:
         batch = len(self.running)
         mean_ctx = sum(c.ctx for c in self.running) / batch + steps * growth / batch / 2
         self.seg_start = now
-        self.seg_prefill = self.cost.prefill_s(prefill_tokens)
-        self.seg_dt = self.cost.decode_s(batch, mean_ctx, drafts / batch) if steps else 0.0
+        self.seg_prefill = self.cost.prefill_s(prefill_tokens, prefill_segments)
+        self._seg_engine = (self.seg_prefill, self.cost.decode_s(batch, mean_ctx, drafts / batch))
+        self.seg_prefill += self._reports_due
+        self._reports_due = 0.0
+        step = self._seg_engine[1] + self.step_overhead_s
+        self.seg_dt = step if steps else 0.0
         self.seg_steps = steps
         self.seg_end = now + self.seg_prefill + steps * self.seg_dt
         return self.seg_end
@@ -244,6 +273,7 @@ class SimInstance:
         steps = self.seg_steps
         assert self.seg_end is not None
         self.busy_s += self.seg_end - self.seg_start
+        self.engine_s += self._seg_engine[0] + steps * self._seg_engine[1]
         self.counts["num_steps"] += steps
         out: list[Chunk] = []
         keep: list[Chunk] = []
@@ -266,4 +296,5 @@ class SimInstance:
                 keep.append(c)
         self.running = keep
         self.seg_end = None
+        self._reports_due += len(out) * self.report_s
         return out

@@ -6,8 +6,14 @@ Writes the simulator's table format (``pipeline.sim.costmodel``), shape ``builti
   and nothing prefilling, median over the steps of a short run. For g > 0 the g = 0 step is
   scaled by the bare forward's T(B, g) / T(B, 0) (``StepProfile``), since driving real
   drafts through the engine needs a draft source.
-- prefill rows: engine steps that only prefill one request of ``tokens`` new tokens (at
-  most ``max_prefill_tokens`` per step, as the engine chunks prefill).
+- prefill rows: engine steps that only prefill ``B`` requests (1 and 8) of ``tokens`` new
+  tokens in all (at most ``max_prefill_tokens``, what the engine prefills per step). A
+  live step often prefills many short prompts at once, which costs more than one prompt of
+  the same total length. (Format 2 measured prefill as 0 ms in every pass but the first:
+  the request resumed its own parked KV; format 3 releases it.)
+Conditions: live, two generator processes step at once (the validation topology), so the
+grid is measured while a twin process decodes step after step (``twin``, on in both
+grids): what one generator's step costs while the other runs.
 Stability: the grid is measured in ``passes`` interleaved passes (every point once per
 pass) and each point's table value is the median over passes, so a burst of load during
 one pass moves no row by much; the table's ``info`` records the load average before and
@@ -24,12 +30,15 @@ machine): the next run measures again.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import multiprocessing
 import os
 import platform
 import statistics
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +49,10 @@ from actors.generator.builtin import StepProfile, build_torch_engine
 from actors.generator.builtin.torch_engine import TorchEngine
 from pipeline.config import build_options
 
-__all__ = ["SHAPE", "cache_key", "cached_table", "profile_engine", "run"]
+__all__ = ["SHAPE", "cache_key", "cached_table", "profile_engine", "run", "twin_running"]
 
 SHAPE = "builtin-cpu"
-FORMAT = 2  # bump when the measurement method changes (cached tables then re-measure)
+FORMAT = 3  # bump when the measurement method changes (cached tables then re-measure)
 
 
 def _engine(gen: dict[str, Any]) -> TorchEngine:
@@ -67,24 +76,83 @@ def _decode_ms(engine: TorchEngine, batch: int, ctx: int, steps: int) -> float:
         elapsed = time.perf_counter() - start
         if result.num_decode_rows == batch and not result.num_prefill_tokens:
             times.append(elapsed)
+    for i in range(batch):  # a later pass must prefill again, not resume parked KV
+        engine.release(f"d{batch}-{ctx}-{i}")
     if not times:
         raise RuntimeError(f"profile: no step decoded all {batch} requests at context {ctx}")
     return 1e3 * statistics.median(times[:steps])
 
 
-def _prefill_ms(engine: TorchEngine, tokens: int) -> float:
-    prompt = tuple((3 * i) % 250 for i in range(tokens))
+def _prefill_ms(engine: TorchEngine, tokens: int, segments: int = 1) -> float:
+    """One step prefilling ``segments`` requests of ``tokens`` new tokens each (nothing
+    decoding), median of 3. Each request's KV is released afterwards: a request of the same
+    id and prompt would otherwise resume its parked KV and prefill nothing (every pass but
+    the first then measured 0 ms)."""
     total = []
     for rep in range(3):
-        engine.add(ChunkRequest(f"p{tokens}-{rep}", prompt, 1, params=SamplingParams(seed=1)))
+        ids = [f"p{tokens}x{segments}-{rep}-{k}" for k in range(segments)]
+        for k, rid in enumerate(ids):
+            prompt = tuple((3 * i + k) % 250 for i in range(tokens))
+            engine.add(ChunkRequest(rid, prompt, 1, params=SamplingParams(seed=1)))
         spent = 0.0
         while engine.has_work():
             start = time.perf_counter()
             result = engine.step()
             if result.num_prefill_tokens and not result.num_decode_rows:
                 spent += time.perf_counter() - start
+        for rid in ids:
+            engine.release(rid)
         total.append(spent)
+    if not min(total) > 0:
+        raise RuntimeError(f"profile: no prefill step measured for {segments} x {tokens} tokens")
     return 1e3 * statistics.median(total)
+
+
+def _twin(gen: dict[str, Any], batch: int, ctx: int, ready: Any, stop: Any) -> None:
+    """A second generator's engine decoding ``batch`` requests at about ``ctx`` tokens of
+    context, step after step, until ``stop`` is set (a process of its own, as live)."""
+    engine = _engine(gen)
+    greedy = SamplingParams(temperature=1.0, ignore_eos=True, seed=2)
+    prompt = tuple((5 * i) % 250 for i in range(ctx))
+    n = 0
+    while not stop.is_set():
+        ids = [f"t{n}-{i}" for i in range(batch)]
+        n += 1
+        for rid in ids:
+            engine.add(ChunkRequest(rid, prompt, 64, params=greedy))
+        while engine.has_work() and not stop.is_set():
+            engine.step()
+            ready.set()
+        for rid in ids:
+            engine.release(rid)
+
+
+def twin_running(
+    gen: dict[str, Any], twin: dict[str, int]
+) -> contextlib.AbstractContextManager[None]:
+    """The twin a table was measured with (its ``info["twin"]``), running for a block."""
+    return _twin_running(gen, int(twin["batch"]), int(twin["ctx"]))
+
+
+@contextlib.contextmanager
+def _twin_running(gen: dict[str, Any], batch: int, ctx: int) -> Iterator[None]:
+    """Run ``_twin`` in a spawned process for the duration of the block."""
+    mp = multiprocessing.get_context("spawn")
+    ready, stop = mp.Event(), mp.Event()
+    proc = mp.Process(target=_twin, args=(gen, batch, ctx, ready, stop), daemon=True)
+    proc.start()
+    try:
+        deadline = time.monotonic() + 120.0
+        while not ready.wait(0.5):
+            if not proc.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"profile: the twin generator never stepped ({proc.exitcode=})")
+        yield
+    finally:
+        stop.set()
+        proc.join(10.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5.0)
 
 
 def profile_engine(
@@ -94,17 +162,47 @@ def profile_engine(
     contexts: tuple[int, ...],
     draft_lens: tuple[int, ...] = (0, 1, 2, 4, 8),
     prefills: tuple[int, ...] = (16, 64, 256, 512),
+    prefill_segments: tuple[int, ...] = (1, 8),
     steps: int = 12,
     passes: int = 1,
+    twin: bool = False,
 ) -> dict[str, Any]:
+    """``twin``: measure while a second generator process decodes (a batch of half the
+    largest, at the middle context) step after step, as the validation topology's two
+    generators do: they share the cores' caches and memory bandwidth, and the machine."""
     if passes < 1:
         raise ValueError(f"passes must be >= 1, got {passes}")
+    if not twin:
+        return _profile(
+            gen, batches, contexts, draft_lens, prefills, prefill_segments, steps, passes
+        )
+    middle = sorted(contexts)[len(contexts) // 2]
+    with _twin_running(gen, max(1, max(batches) // 2), middle):
+        table = _profile(
+            gen, batches, contexts, draft_lens, prefills, prefill_segments, steps, passes
+        )
+    table["info"]["twin"] = {"batch": max(1, max(batches) // 2), "ctx": middle}
+    return table
+
+
+def _profile(
+    gen: dict[str, Any],
+    batches: tuple[int, ...],
+    contexts: tuple[int, ...],
+    draft_lens: tuple[int, ...],
+    prefills: tuple[int, ...],
+    prefill_segments: tuple[int, ...],
+    steps: int,
+    passes: int,
+) -> dict[str, Any]:
     engine = _engine(gen)
     _decode_ms(engine, 2, 16, 4)  # warm up
     load_before = _load_average()
     start = time.perf_counter()
     decode: dict[tuple[int, int], list[float]] = {}
-    prefill: dict[int, list[float]] = {}
+    limit = engine.config.max_prefill_tokens  # the most one step prefills
+    points = [(k, n) for k in prefill_segments for n in prefills if k * n <= limit]
+    prefill: dict[tuple[int, int], list[float]] = {}
     ratios: dict[int, list[dict[tuple[int, int], float]]] = {}
     for _ in range(passes):  # interleaved: a burst of load hits one sample of each point
         for ctx in contexts:
@@ -118,8 +216,8 @@ def profile_engine(
             )
             for b in batches:
                 decode.setdefault((b, ctx), []).append(_decode_ms(engine, b, ctx, steps))
-        for n in prefills:
-            prefill.setdefault(n, []).append(_prefill_ms(engine, n))
+        for k, n in points:
+            prefill.setdefault((k, n), []).append(_prefill_ms(engine, n, k))
     rows: list[dict[str, Any]] = []
     for ctx in contexts:
         for b in batches:
@@ -136,14 +234,14 @@ def profile_engine(
                         "ms": base * ratio,
                     }
                 )
-    for n in prefills:
+    for (k, n), times in prefill.items():  # B requests, `tokens` new tokens in all
         rows.append(
             {
                 "shape": SHAPE,
                 "kind": "prefill",
-                "B": 1,
-                "tokens": n,
-                "ms": statistics.median(prefill[n]),
+                "B": k,
+                "tokens": k * n,
+                "ms": statistics.median(times),
             }
         )
     spread = [(max(v) - min(v)) / statistics.median(v) for v in decode.values() if min(v) > 0]
@@ -166,7 +264,7 @@ def _load_average() -> float:
         return float("nan")
 
 
-def _grid(quick: bool) -> dict[str, Any]:
+def _grid(quick: bool, twin: bool = True) -> dict[str, Any]:
     if quick:
         return {
             "batches": (1, 2, 4, 8, 16),
@@ -174,12 +272,14 @@ def _grid(quick: bool) -> dict[str, Any]:
             "prefills": (16, 64, 256),
             "steps": 8,
             "passes": 3,
+            "twin": twin,
         }
     return {
         "batches": (1, 2, 4, 8, 16, 32),
         "contexts": (32, 128, 256, 512, 900),
         "steps": 16,
         "passes": 3,
+        "twin": twin,
     }
 
 
@@ -193,12 +293,12 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def cache_key(gen: dict[str, Any], quick: bool) -> str:
+def cache_key(gen: dict[str, Any], quick: bool, twin: bool = True) -> str:
     """A hash of everything a profile's table depends on (see the module docstring)."""
     what = {
         "format": FORMAT,
         "generator": gen,
-        "grid": _grid(quick),
+        "grid": _grid(quick, twin),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "cpu": _cpu_model(),
@@ -226,22 +326,31 @@ def cache_dir() -> Path:
 
 
 def cached_table(
-    gen: dict[str, Any], quick: bool, *, refresh: bool = False, folder: Path | None = None
+    gen: dict[str, Any],
+    quick: bool,
+    *,
+    refresh: bool = False,
+    folder: Path | None = None,
+    twin: bool = True,
 ) -> tuple[Path, bool]:
-    """This machine's table for ``gen`` (profiled now if not cached, or if ``refresh``);
-    returns (path, whether it came from the cache)."""
-    path = (folder or cache_dir()) / "profiles" / f"builtin-cpu-{cache_key(gen, quick)}.json"
+    """This machine's table for ``gen`` (profiled now if not cached, or if ``refresh``;
+    ``twin``: with a twin generator stepping alongside); returns (path, whether it came
+    from the cache)."""
+    key = cache_key(gen, quick, twin)
+    path = (folder or cache_dir()) / "profiles" / f"builtin-cpu-{key}.json"
     if path.exists() and not refresh and not _measured_under_load(path):
         return path, True
-    run(str(path), quick=quick, gen=gen)
+    run(str(path), quick=quick, gen=gen, twin=twin)
     return path, False
 
 
-def run(json_path: str, quick: bool = False, gen: dict[str, Any] | None = None) -> dict[str, Any]:
+def run(
+    json_path: str, quick: bool = False, gen: dict[str, Any] | None = None, twin: bool = True
+) -> dict[str, Any]:
     from pipeline.bench.rollout import bench_generator
 
     gen = gen or bench_generator(quick)
-    table = profile_engine(gen, **_grid(quick))
+    table = profile_engine(gen, **_grid(quick, twin))
     path = Path(json_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")

@@ -17,7 +17,12 @@ Event loop: a heap of instance stretch ends (``SimInstance.plan``: many decode s
 at once); a chunk end calls the core, which may dispatch to other instances, whose current
 stretch is then cut after the step in flight. ``dispatch_latency_s`` / ``result_latency_s``
 delay a dispatch on its way to the engine and a result on its way to the scheduler (the
-live control plane's hops; zero by default). Deterministic for a given seed.
+live control plane's hops; zero by default); ``start_latency_s`` is the live rollout's
+start-up (its clock starts before it asks each generator for its load), ``step_overhead_s``
+and ``report_s`` the generator's own time outside engine steps (``SimInstance``). Finish
+times and the makespan are the engine's chunk end times, as the live record's are (the
+generator's clock), so live and simulated tails are computed from the same event.
+Deterministic for a given seed.
 """
 
 from __future__ import annotations
@@ -88,10 +93,20 @@ class SimConfig:
     seed: int = 0
     dispatch_latency_s: float = 0.0  # scheduler decision -> the chunk reaches its engine
     result_latency_s: float = 0.0  # a chunk ends -> the scheduler has its result
+    start_latency_s: float = 0.0  # the rollout's clock starts -> its first dispatch
+    step_overhead_s: float = 0.0  # a generator's time between engine steps, per step
+    report_s: float = 0.0  # a generator's time reporting one ended chunk
 
     def __post_init__(self) -> None:
-        if self.dispatch_latency_s < 0 or self.result_latency_s < 0:
-            raise ValueError("SimConfig latencies must be >= 0")
+        for name in (
+            "dispatch_latency_s",
+            "result_latency_s",
+            "start_latency_s",
+            "step_overhead_s",
+            "report_s",
+        ):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"SimConfig.{name} must be >= 0, got {getattr(self, name)}")
         for name in ("num_instances", "max_batch", "kv_capacity", "chunk_size", "max_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SimConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -172,6 +187,8 @@ class _Run:
                 kv_capacity=config.kv_capacity,
                 kv_pool=config.kv_pool,
                 max_steps=config.max_steps,
+                step_overhead_s=config.step_overhead_s,
+                report_s=config.report_s,
             )
             for i in range(config.num_instances)
         ]
@@ -346,7 +363,7 @@ class _Run:
         load = InstanceLoad(
             index=inst.index,
             num_running=inst.num_load,
-            kv_tokens_used=int(inst.kv_used()),
+            kv_tokens_used=int(inst.kv_used_at(now)),
             kv_tokens_total=inst.kv_capacity,
             max_running=inst.max_batch,
         )
@@ -355,7 +372,9 @@ class _Run:
         reason = "chunk"
         if done:
             reason = "length" if c.out_of_kv or st.generated >= spec.max_new_tokens else "stop"
-            self.finish_s[r], self.finish_reason[r] = now, reason
+            # as live: a request finishes when its generator ends its last chunk (the
+            # generator's clock), not when the scheduler hears of it
+            self.finish_s[r], self.finish_reason[r] = c.ended_s, reason
             new = self.estimator.on_request_finished(spec.group_id, st.generated)
             if new is not None:
                 self.core.update_estimate(spec.group_id, new)
@@ -387,12 +406,12 @@ class _Run:
 
     def run(self, policy_name: str) -> SimResult:
         start, cpu = time.perf_counter(), time.process_time()
-        self.core.add(self.states, 0.0)
-        self._dispatch(0.0)
+        now = self.cfg.start_latency_s
+        self.core.add(self.states, now)
+        self._dispatch(now)
         for inst in self.instances:
             if inst.seg_end is None and inst.waiting:
-                self._plan(inst, 0.0)
-        now = 0.0
+                self._plan(inst, now)
         while self.heap:
             now, _, kind, i, payload = heapq.heappop(self.heap)
             inst = self.instances[i]
@@ -418,12 +437,18 @@ class _Run:
                 self._plan(inst, now)
         if not self.core.is_done:
             raise RuntimeError("simulation stalled with unfinished requests")
+        # the makespan ends with the last chunk's end on its generator, as the live record's
+        makespan = max((c.end_s for c in self.chunks), default=now)
         return SimResult(
-            self._record(policy_name, now),
+            self._record(policy_name, makespan),
             dict(self.core.counters),
             time.perf_counter() - start,
             time.process_time() - cpu,
             self.num_events,
+            {  # per instance: engine steps and the time inside them (for validation)
+                "num_steps": [inst.counts["num_steps"] for inst in self.instances],
+                "engine_s": [inst.engine_s for inst in self.instances],
+            },
         )
 
     def _record(self, policy_name: str, makespan: float) -> RolloutRecord:

@@ -4,32 +4,42 @@
    separately from the runs it must predict: once per machine, then reused from the profile
    cache (``profile.cached_table``; ``--reprofile`` measures again), so that repeated
    validations replay on the same table and differ only by their live side.
-2. Teacher-forced step time: the validation workload runs through the engine in this
-   process; every logged step (decode rows, their mean context, draft tokens, prefill
-   tokens) is priced by the table and compared with its measured time
-   (``step_time_err`` = |predicted total - measured total| / measured total).
+2. Teacher-forced step time, in this process: the validation workload runs through the
+   engine here; every step (decode rows, their mean context, draft tokens, prefill tokens
+   and requests) is priced by the table and compared with its measured time
+   (``teacher_forced``).
 3. Live: ``seer bench rollout``'s topology (2 generator processes, real splitter, estimator,
    scheduler, and draft store when speculating) runs each policy -- baseline, divided,
    context_aware, oracle, each without and with grouped drafts -- on the same workload for
-   each of ``seeds`` seeds (at least 3); every run is saved as a trace.
+   each of ``seeds`` seeds (at least 3); every run is saved as a trace, and the generators
+   log every engine step (``SEER_STEP_LOG``, ``<json folder>/steps/``). The same pricing
+   on the live-logged steps is ``step_time_err`` (``live_step_time``: by kind of step);
+   ``live_time_split`` says where each generator's time went (engine calls, the loop
+   between them, idle).
 4. Replay: each trace's requests (with their recorded lengths) go through the simulator
    under the same policy, knobs and seed; the simulator's policies see what live ones see
-   (estimates from finished siblings, telemetry at chunk ends), as late as live ones do:
-   the control plane's dispatch and result delays (``latencies``) are measured from the
-   seed's live traces (system constants of this machine, not outcomes of a policy). With
-   drafts, acceptance comes from real suffix trees over independent random tokens of the
-   model's vocabulary (the bench model is random, so its siblings share no text).
+   (estimates from finished siblings, telemetry at chunk ends), as late as live ones do.
+   System constants of this machine, measured from the seed's live runs (pooled over its
+   policies, not outcomes of one): the control plane's dispatch, result and start-up
+   delays (``latencies``, from traces) and the generator's time outside engine steps, per
+   step and per reported chunk (``steplog.overheads``). With drafts, acceptance comes from
+   real suffix trees over independent random tokens of the model's vocabulary (the bench
+   model is random, so its siblings share no text).
 Per configuration: medians over seeds of live and simulated makespan and tail time, the
-median relative errors, the live spread (max - min over seeds, relative to the median:
-the noise floor), preemptions both ways; ``ranking_match``: the eight configurations in
-the same order by median makespan live and simulated.
+median relative errors (and the tail's absolute one), the live spread (max - min over
+seeds, relative to the median: the noise floor), preemptions both ways; ``ranking_match``:
+the eight configurations in the same order by median makespan live and simulated;
+``resolved_ranking_match``: the same on the pairs whose live makespans over seeds do not
+overlap (the pairs the live side can order at all).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -42,6 +52,8 @@ from rich.console import Console
 from rich.table import Table
 
 from actors.generator import ChunkRequest, SamplingParams
+from actors.generator.step_log import ENV as STEP_LOG_ENV
+from actors.generator.step_log import read_step_logs
 from actors.scheduler.options import SchedulerOptions
 from pipeline.bench.rollout import POLICIES, bench_generator, run_policies
 from pipeline.launch import LaunchError
@@ -50,6 +62,7 @@ from pipeline.rollout.plot import plot_timeline
 from pipeline.rollout.trace import load_trace, save_trace
 from pipeline.rollout.workload import Workload, make_workload
 from pipeline.sim import profile as sim_profile
+from pipeline.sim import steplog
 from pipeline.sim.acceptance import SiblingModel, measure_acceptance
 from pipeline.sim.costmodel import CostModel, load_table
 from pipeline.sim.simulator import SimConfig, simulate
@@ -92,10 +105,9 @@ def teacher_forced_error(
         for done in result.finished:  # a finished request's KV goes, as live generators
             engine.release(done.request_id)  # release it (parked, it inflated the context)
         rows = result.num_decode_rows
-        load = engine.load()
-        guess = cost.prefill_s(result.num_prefill_tokens)
+        guess = cost.prefill_s(result.num_prefill_tokens, result.num_prefill_requests)
         if rows:
-            ctx = load.kv_tokens_used / max(load.num_running, 1)
+            ctx = result.num_decode_context_tokens / rows
             guess += cost.decode_s(rows, ctx, result.num_draft_tokens / rows)
         if not rows and not result.num_prefill_tokens:
             continue
@@ -111,12 +123,15 @@ def teacher_forced_error(
     }
 
 
-def latencies(records: list[RolloutRecord]) -> tuple[float, float]:
+def latencies(records: list[RolloutRecord]) -> tuple[float, float, float]:
     """The live control plane's delays, from traces: dispatch (a chunk's dispatch to its
     first step: the 10th percentile of start - dispatched over chunks of capacity-bounded
-    policies, where a dispatched chunk finds a free slot) and result (a chunk's end to the
-    next dispatch of the same request: the 10th percentile over consecutive chunks)."""
+    policies, where a dispatched chunk finds a free slot), result (a chunk's end to the
+    next dispatch of the same request: the 10th percentile over consecutive chunks) and
+    start (the rollout's clock start to its first dispatch: the scheduler first asks each
+    generator for its load; the median over rollouts)."""
     starts, gaps = [], []
+    first = [min(c.dispatched_s for c in rec.chunks) for rec in records if rec.chunks]
     for rec in records:
         by_req: dict[str, list[Any]] = {}
         for c in rec.chunks:
@@ -128,11 +143,17 @@ def latencies(records: list[RolloutRecord]) -> tuple[float, float]:
             gaps += [b.dispatched_s - a.end_s for a, b in itertools.pairwise(chunks)]
     dispatch = float(np.percentile(starts, 10)) if starts else 0.0
     result = float(np.percentile(gaps, 10)) if gaps else dispatch
-    return max(dispatch, 0.0), max(result, 0.0)
+    start = statistics.median(first) if first else 0.0
+    return max(dispatch, 0.0), max(result, 0.0), max(start, 0.0)
 
 
 def _sim_config(
-    gen: dict[str, Any], chunk_size: int, spec: bool, seed: int, lat: tuple[float, float]
+    gen: dict[str, Any],
+    chunk_size: int,
+    spec: bool,
+    seed: int,
+    lat: tuple[float, float, float],
+    over: dict[str, float],
 ) -> SimConfig:
     opts = SchedulerOptions()
     return SimConfig(
@@ -152,22 +173,49 @@ def _sim_config(
         seed=seed,
         dispatch_latency_s=lat[0],
         result_latency_s=lat[1],
+        start_latency_s=lat[2],
+        step_overhead_s=over.get("step_overhead_s", 0.0),
+        report_s=over.get("report_s", 0.0),
     )
 
 
 def _live(
-    workload: Workload, gen: dict[str, Any], chunk_size: int, console: Console
+    workload: Workload, gen: dict[str, Any], chunk_size: int, console: Console, steps: Path
 ) -> dict[str, list[RolloutRecord]]:
-    """The four policies live, one topology; a topology that fails to start (a loaded
-    machine can miss the launcher's readiness deadline) is tried once more."""
-    for attempt in range(2):
-        try:
-            return anyio.run(run_policies, workload, gen, chunk_size, POLICIES, console, 1, 300.0)
-        except LaunchError:
-            if attempt:
-                raise
-            console.print("topology did not start; trying once more")
+    """The four policies live, one topology, its generators logging their steps into
+    ``steps``; a topology that fails to start (a loaded machine can miss the launcher's
+    readiness deadline) is tried once more."""
+    before = os.environ.get(STEP_LOG_ENV)
+    try:
+        for attempt in range(2):
+            shutil.rmtree(steps, ignore_errors=True)
+            os.environ[STEP_LOG_ENV] = str(steps)  # the launcher passes it to the actors
+            try:
+                return anyio.run(
+                    run_policies, workload, gen, chunk_size, POLICIES, console, 1, 300.0
+                )
+            except LaunchError:
+                if attempt:
+                    raise
+                console.print("topology did not start; trying once more")
+    finally:
+        if before is None:
+            os.environ.pop(STEP_LOG_ENV, None)
+        else:
+            os.environ[STEP_LOG_ENV] = before
     raise AssertionError("unreachable")
+
+
+def _policy_steps(folder: Path) -> dict[str, list[list[dict[str, float]]]]:
+    """policy -> each generator's logged steps in that policy's rollout (the topology ran
+    a warm-up rollout, then ``POLICIES`` in order); empty when the log is absent."""
+    if not folder.is_dir():
+        return {}
+    logs = read_step_logs(folder)
+    ids = sorted(logs, key=lambda r: (len(r), r))[-len(POLICIES) :]
+    if len(ids) < len(POLICIES):
+        return {}
+    return {p: list(logs[rid].values()) for p, rid in zip(POLICIES, ids, strict=True)}
 
 
 def _load_average() -> float:
@@ -198,18 +246,24 @@ def run(
     size = size or ("quick" if quick else "full")
     if size not in SIZES:
         raise ValueError(f"size must be one of {SIZES}, got {size!r}")
-    console = Console(width=150)
+    console = Console(width=180)
     folder = Path(json_path).parent if json_path else Path(tempfile.mkdtemp())
     folder.mkdir(parents=True, exist_ok=True)
     gen = bench_generator(size != "full")
+    solo: CostModel | None = None  # the table measured alone, for comparison
     if table is None:
         console.print("cost table: this machine's profile (cached, or measured now) ...")
         path, was_cached = sim_profile.cached_table(gen, size != "full", refresh=reprofile)
         table = str(path)
         console.print(f"cost table {table} ({'from the cache' if was_cached else 'measured now'})")
+        alone, _ = sim_profile.cached_table(gen, size != "full", refresh=reprofile, twin=False)
+        solo = CostModel(load_table(alone)["rows"], sim_profile.SHAPE)
     table_data = load_table(table)
     cost = CostModel(table_data["rows"], sim_profile.SHAPE)
-    teacher = teacher_forced_error(_workload(size, 0), gen, cost)
+    twin = table_data.get("info", {}).get("twin")
+    with sim_profile.twin_running(gen, twin) if twin else contextlib.nullcontext():
+        # in the conditions the table was measured in (a twin generator stepping alongside)
+        teacher = teacher_forced_error(_workload(size, 0), gen, cost)
     console.print(
         f"teacher-forced: {teacher['num_steps']} engine steps, total step time error "
         f"{teacher['step_time_err']:.1%} (per step, median {teacher['per_step_median_err']:.1%})"
@@ -219,30 +273,51 @@ def run(
     if drafts:
         variants.append(("+drafts", {"spec": {"mode": "group"}}))
     rows: dict[str, dict[str, list[float]]] = {}
-    measured_latencies: list[tuple[float, float]] = []
+    measured_latencies: list[dict[str, float]] = []
+    all_steps: list[list[dict[str, float]]] = []
+    splits: dict[str, list[dict[str, float]]] = {}
     examples: dict[str, RolloutRecord] = {}
     for seed in range(seeds):
         workload = _workload(size, seed)
         for suffix, spec in variants:
+            steps_dir = Path(traces or folder) / "steps" / f"seed{seed}{suffix}"
             if traces:  # replay the traces an earlier run recorded (no live runs)
                 live = {
                     p: [load_trace(Path(traces) / f"trace-{p}{suffix}-seed{seed}.json")]
                     for p in POLICIES
                 }
             else:
-                live = _live(workload, {**gen, **spec}, chunk_size, console)
+                live = _live(workload, {**gen, **spec}, chunk_size, console, steps_dir)
             lat = latencies([rs[0] for rs in live.values()])
-            measured_latencies.append(lat)
+            by_policy = _policy_steps(steps_dir)
+            runs = [s for per in by_policy.values() for s in per]
+            over = steplog.overheads(runs) if runs else {}
+            all_steps += runs
+            for policy, per in by_policy.items():
+                splits.setdefault(policy + suffix, []).extend(steplog.time_split(s) for s in per)
+            measured_latencies.append(
+                {"dispatch": lat[0], "result": lat[1], "start": lat[2], **over}
+            )
             for policy, records in live.items():
                 name = policy + suffix
                 record = records[0]
                 if not traces:
                     save_trace(record, folder / f"trace-{name}-seed{seed}.json")
                 reqs = from_record(record, workload.max_new_tokens)
-                cfg = _sim_config(gen, chunk_size, bool(suffix), seed, lat)
+                cfg = _sim_config(gen, chunk_size, bool(suffix), seed, lat, over)
                 sim = simulate(reqs, policy, cfg, cost, acceptance=acceptance)
                 lm, sm = compute_metrics(record), compute_metrics(sim.record)
                 row = rows.setdefault(name, {})
+                if policy in by_policy:  # live engine steps against simulated ones
+                    logged = [s for per in by_policy[policy] for s in per]
+                    live_engine = sum(s["end_s"] - s["start_s"] for s in logged)
+                    for key, value in (
+                        ("live_num_steps", len(logged)),
+                        ("sim_num_steps", sum(sim.extra["num_steps"])),
+                        ("live_engine_s", live_engine),
+                        ("sim_engine_s", sum(sim.extra["engine_s"])),
+                    ):
+                        row.setdefault(key, []).append(float(value))
                 for key, value in (
                     ("live_makespan_s", lm["makespan_s"]),
                     ("sim_makespan_s", sm["makespan_s"]),
@@ -250,6 +325,9 @@ def run(
                     ("live_tail_s", lm["tail_s"]),
                     ("sim_tail_s", sm["tail_s"]),
                     ("tail_err", _rel(sm["tail_s"], lm["tail_s"])),
+                    # the tail is the last 10% of requests (3 of 32): a small absolute
+                    # time, so its relative error is large; the absolute one beside it
+                    ("tail_abs_err_s", abs(sm["tail_s"] - lm["tail_s"])),
                     ("live_preemptions", lm["num_preemptions"]),
                     ("sim_preemptions", sm["num_preemptions"]),
                     ("live_accept_len", lm["mean_accept_len"]),
@@ -269,21 +347,32 @@ def run(
             "live_makespans_s": lives,
             "sim_makespans_s": row["sim_makespan_s"],
         }
+    for name, parts in splits.items():  # where the live generators' time went
+        policies[name]["live_time_split"] = {
+            k: statistics.median(p[k] for p in parts) for k in parts[0]
+        }
     live_rank = sorted(policies, key=lambda n: policies[n]["live_makespan_s"])
     sim_rank = sorted(policies, key=lambda n: policies[n]["sim_makespan_s"])
     errs = [p["makespan_err"] for p in policies.values()]
+    live_steps = steplog.teacher_forced(all_steps, cost) if all_steps else None
+    if live_steps is not None and solo is not None:  # which conditions the live steps match
+        live_steps["solo_table"] = steplog.teacher_forced(all_steps, solo)
     summary = {
         "policies": policies,
         "ranking_match": live_rank == sim_rank,
         "live_ranking": live_rank,
         "sim_ranking": sim_rank,
-        "step_time_err": teacher["step_time_err"],
+        **_resolved_ranking(policies),
+        # the protocol's step-time check on steps logged by the live generators (both at
+        # once, with the control plane); the in-process run's when no step log exists
+        "step_time_err": (live_steps or teacher)["step_time_err"],
+        "live_step_time": live_steps,
         "teacher_forced": teacher,
         "median_makespan_err": statistics.median(errs),
         "worst_makespan_err": max(errs),
         "median_tail_err": statistics.median(p["tail_err"] for p in policies.values()),
         "seeds": seeds,
-        "latencies_s": [{"dispatch": d, "result": r} for d, r in measured_latencies],
+        "latencies_s": measured_latencies,
         "generator": gen,
         "chunk_size": chunk_size,
         "cost_table": table,
@@ -296,6 +385,28 @@ def run(
     out.write_text(json.dumps(summary, indent=2))
     console.print(f"wrote {out} and {summary['timeline_png']}")
     return summary
+
+
+def _resolved_ranking(policies: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The ranking on the pairs the live side can tell apart: their live makespans over
+    seeds do not overlap. ``ranking_match`` asks for every pair, including those whose
+    order live is noise."""
+    resolved = agree = 0
+    for a, b in itertools.combinations(policies, 2):
+        la, lb = policies[a]["live_makespans_s"], policies[b]["live_makespans_s"]
+        if min(len(la), len(lb)) < 2:
+            continue  # one seed says nothing about the noise: no pair is resolved
+        if max(la) < min(lb) or max(lb) < min(la):
+            resolved += 1
+            live_first = policies[a]["live_makespan_s"] < policies[b]["live_makespan_s"]
+            sim_first = policies[a]["sim_makespan_s"] < policies[b]["sim_makespan_s"]
+            agree += live_first == sim_first
+    return {
+        "num_pairs": len(policies) * (len(policies) - 1) // 2,
+        "num_resolved_pairs": resolved,
+        "resolved_pairs_agree": agree,
+        "resolved_ranking_match": agree == resolved,
+    }
 
 
 def _table(summary: dict[str, Any]) -> Table:
@@ -312,6 +423,8 @@ def _table(summary: dict[str, Any]) -> Table:
         "sim tail",
         "tail err",
         "preempt live/sim",
+        "steps live/sim",
+        "engine s live/sim",
     ):
         t.add_column(c, justify="right")
     for name, p in summary["policies"].items():
@@ -325,6 +438,8 @@ def _table(summary: dict[str, Any]) -> Table:
             f"{p['sim_tail_s']:.2f}",
             f"{p['tail_err']:.1%}",
             f"{p['live_preemptions']:.0f}/{p['sim_preemptions']:.0f}",
+            f"{p.get('live_num_steps', 0):.0f}/{p.get('sim_num_steps', 0):.0f}",
+            f"{p.get('live_engine_s', 0):.2f}/{p.get('sim_engine_s', 0):.2f}",
         )
     t.caption = (
         f"makespan error median {summary['median_makespan_err']:.1%}, worst "

@@ -40,3 +40,18 @@ def test_bad_tables_raise_typed_errors(tmp_path: Path) -> None:
         CostModel.from_file(bad, "x")
     with pytest.raises(ValueError, match="batch"):
         CostModel.builtin("qwen2.5-7b").decode_s(0, 100)
+
+
+def test_prefill_of_many_requests_interpolates_between_measured_request_counts() -> None:
+    rows = [{"shape": "s", "kind": "decode", "B": 1, "g": 0, "ctx": 32, "ms": 1.0}] + [
+        {"shape": "s", "kind": "prefill", "B": b, "tokens": t, "ms": ms}
+        for b, t, ms in ((1, 64, 4.0), (1, 256, 10.0), (8, 64, 12.0), (8, 256, 30.0))
+    ]
+    m = CostModel(rows, "s")
+    assert m.prefill_s(256) == pytest.approx(10e-3) == m.prefill_s(256, 1)
+    assert m.prefill_s(256, 8) == pytest.approx(30e-3)
+    assert m.prefill_s(160, 8) == pytest.approx(21e-3)  # linear in tokens
+    assert m.prefill_s(256, 2) == pytest.approx(10e-3 + 20e-3 / 3)  # linear in log2(requests)
+    assert m.prefill_s(256, 64) == pytest.approx(30e-3)  # clamped to the measured counts
+    with pytest.raises(CostModelError, match="prefill"):
+        CostModel([*rows, {"shape": "s", "kind": "prefill", "B": 1, "tokens": 8, "ms": 0}], "s")

@@ -101,3 +101,20 @@ def test_cut_ends_the_stretch_after_the_step_in_flight() -> None:
     [c] = inst.running
     inst.finish()
     assert c.done == 3
+
+
+def test_overhead_outside_the_engine_lengthens_each_step_and_follows_each_report() -> None:
+    plain = SimInstance(0, COST, max_batch=4, kv_capacity=10_000, max_steps=100)
+    slow = SimInstance(
+        0, COST, max_batch=4, kv_capacity=10_000, max_steps=100, step_overhead_s=1e-3, report_s=5e-3
+    )
+    for inst in (plain, slow):
+        inst.enqueue(chunk(0, 10, 40))
+        inst.enqueue(chunk(1, 10, 80))
+    first = plain.plan(0.0), slow.plan(0.0)
+    assert first[0] is not None and first[1] is not None
+    assert first[1] - first[0] == pytest.approx(40 * 1e-3)  # 40 steps, 1 ms more each
+    plain.finish(), slow.finish()  # request 0 ends: its report delays the next stretch
+    second = plain.plan(first[0]), slow.plan(first[1])
+    assert second[0] is not None and second[1] is not None
+    assert (second[1] - first[1]) - (second[0] - first[0]) == pytest.approx(5e-3 + 40 * 1e-3)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ def test_cache_key_follows_what_determines_the_table() -> None:
     assert profile.cache_key(gen, True) == profile.cache_key(dict(gen), True)
     assert profile.cache_key(gen, True) != profile.cache_key(gen, False)  # another grid
     assert profile.cache_key(gen, True) != profile.cache_key({**gen, "max_batch": 8}, True)
+    assert profile.cache_key(gen, True) != profile.cache_key(gen, True, twin=False)
 
 
 def test_cached_table_is_reused_unless_measured_under_load_or_refreshed(
@@ -29,7 +31,9 @@ def test_cached_table_is_reused_unless_measured_under_load_or_refreshed(
 ) -> None:
     measured: list[str] = []
 
-    def fake_run(json_path: str, quick: bool = False, gen: Any = None) -> dict[str, Any]:
+    def fake_run(
+        json_path: str, quick: bool = False, gen: Any = None, twin: bool = True
+    ) -> dict[str, Any]:
         measured.append(json_path)  # stands in for a 30 s measurement
         _write(Path(json_path), [0.5, 0.5])
         return {}
@@ -51,11 +55,25 @@ def test_cached_table_is_reused_unless_measured_under_load_or_refreshed(
 def test_profile_passes_take_the_median_per_point() -> None:
     gen = bench_generator(True)
     table = profile.profile_engine(
-        gen, batches=(1, 4), contexts=(32,), draft_lens=(0, 2), prefills=(16,), steps=3, passes=2
+        gen, batches=(1, 4), contexts=(32,), draft_lens=(0, 2), prefills=(16,), steps=3, passes=3
     )
     decode = [r for r in table["rows"] if r["kind"] == "decode"]
     assert len(decode) == 4 and all(r["ms"] > 0 for r in decode)
-    assert table["info"]["passes"] == 2 and table["info"]["decode_spread_median"] >= 0
+    # every pass prefills afresh (format 2 resumed the first pass's parked KV: 0 ms after it)
+    prefill = {(r["B"], r["tokens"]): r["ms"] for r in table["rows"] if r["kind"] == "prefill"}
+    assert set(prefill) == {(1, 16), (8, 128)} and all(ms > 0 for ms in prefill.values())
+    assert table["info"]["passes"] == 3 and table["info"]["decode_spread_median"] >= 0
     assert len(table["info"]["load_average"]) == 2
     with pytest.raises(ValueError, match="passes"):
         profile.profile_engine(gen, batches=(1,), contexts=(32,), passes=0)
+
+
+@pytest.mark.timeout(180)
+def test_profile_with_a_twin_generator_stepping_alongside() -> None:
+    gen = bench_generator(True)
+    table = profile.profile_engine(
+        gen, batches=(1, 4), contexts=(32,), draft_lens=(0,), prefills=(16,), steps=3, twin=True
+    )
+    assert table["info"]["twin"] == {"batch": 2, "ctx": 32}
+    assert all(r["ms"] > 0 for r in table["rows"])
+    assert not multiprocessing.active_children()  # the twin is gone with the block

@@ -131,3 +131,19 @@ def test_tiny_seer_run_writes_the_json_shape(tmp_path: Path) -> None:
     assert w["ratios"]["baseline"] == 1.0 and w["ratios"]["seer"] > 1.0
     assert data["settings"]["label"] == "simulated"
     assert Path(data["timeline_png"]).stat().st_size > 0
+
+
+def test_finish_times_and_makespan_are_engine_ends_as_live_records_are() -> None:
+    """Live, a request finishes when its generator ends the chunk (the generator's clock),
+    not when the scheduler hears of it; the simulated record uses the same event."""
+    reqs = workload(groups=3)
+    slow = simulate(reqs, "context_aware", config(result_latency_s=0.05), COST).record
+    ends = {c.request_id: c.end_s for c in slow.chunks if c.finish_reason != "chunk"}
+    assert {r.request_id: r.finish_s for r in slow.requests} == ends
+    assert slow.makespan_s == max(c.end_s for c in slow.chunks)
+    late = simulate(reqs, "context_aware", config(start_latency_s=0.2), COST).record
+    assert min(c.dispatched_s for c in late.chunks) == pytest.approx(0.2)
+    on_time = simulate(reqs, "context_aware", config(), COST).record
+    assert late.makespan_s == pytest.approx(on_time.makespan_s + 0.2)
+    with pytest.raises(ValueError, match="step_overhead_s"):
+        config(step_overhead_s=-1.0)

@@ -16,7 +16,7 @@ from pipeline.sim import profile, validate
 def test_tiny_validate_run_writes_the_json_shape(tmp_path: Path) -> None:
     gen = bench_generator(True)
     table = profile.profile_engine(
-        gen, batches=(1, 4, 16), contexts=(32, 96), prefills=(16, 64), steps=4
+        gen, batches=(1, 4, 16), contexts=(32, 96), prefills=(16, 64), steps=4, twin=True
     )
     assert {r["kind"] for r in table["rows"]} == {"decode", "prefill"}
     table_path = tmp_path / "table.json"
@@ -31,5 +31,31 @@ def test_tiny_validate_run_writes_the_json_shape(tmp_path: Path) -> None:
         assert p["live_makespan_s"] > 0 and p["sim_makespan_s"] > 0
     assert isinstance(data["ranking_match"], bool)
     assert data["step_time_err"] >= 0 and data["teacher_forced"]["num_steps"] > 0
+    assert data["cost_table_info"]["twin"] == {"batch": 8, "ctx": 96}  # checked with it too
+    # the live generators logged their steps: priced by the table, and their time outside
+    # engine calls measured (and given to the simulator)
+    live_steps = data["live_step_time"]
+    assert live_steps["num_steps"] > 0 and data["step_time_err"] == live_steps["step_time_err"]
+    [lat] = data["latencies_s"]
+    assert lat["step_overhead_s"] > 0 and lat["num_gaps"] > 0 and lat["start"] > 0
+    split = data["policies"]["baseline"]["live_time_split"]
+    assert 0 < split["engine_s"] < split["span_s"]
+    assert len(list((tmp_path / "steps" / "seed0").glob("steps-gen*.jsonl"))) == 2
     assert Path(data["timeline_png"]).stat().st_size > 0
     assert len(list(tmp_path.glob("trace-*-seed0.json"))) == 4
+
+
+def test_resolved_ranking_counts_only_pairs_whose_live_seeds_do_not_overlap() -> None:
+    def p(live: list[float], sim: float) -> dict[str, object]:
+        return {"live_makespans_s": live, "live_makespan_s": sorted(live)[1], "sim_makespan_s": sim}
+
+    policies = {
+        "a": p([1.0, 1.1, 1.2], 5.0),
+        "b": p([2.0, 2.1, 2.2], 4.0),
+        "c": p([1.1, 1.5, 2.1], 1.0),
+    }
+    out = validate._resolved_ranking(policies)  # only a-b is resolved, and the simulator flips it
+    assert (out["num_resolved_pairs"], out["resolved_pairs_agree"]) == (1, 0)
+    assert not out["resolved_ranking_match"] and out["num_pairs"] == 3
+    single = {k: {**v, "live_makespans_s": v["live_makespans_s"][:1]} for k, v in policies.items()}
+    assert validate._resolved_ranking(single)["num_resolved_pairs"] == 0

@@ -173,9 +173,18 @@ class TorchEngine:
         trees = self._sched.make_room(trees)
         decoding = {r.request_id for r in self._sched.batch.decoding}
         num_drafts = sum(t.num_nodes for rid, t in trees.items() if rid in decoding)
+        context = sum(r.cache_len for r in self._sched.batch.decoding)
         rows = self._decode(trees)
-        prefilled = self._prefill()
-        return StepResult(tuple(self._deltas), tuple(self._finished), rows, prefilled, num_drafts)
+        prefilled, segments = self._prefill()
+        return StepResult(
+            tuple(self._deltas),
+            tuple(self._finished),
+            rows,
+            prefilled,
+            num_drafts,
+            context,
+            segments,
+        )
 
     def _decode(self, trees: dict[str, DraftTree]) -> int:
         rows = self._sched.batch.decoding
@@ -202,12 +211,13 @@ class TorchEngine:
             self._finish(slot, reason)
         return len(rows)
 
-    def _prefill(self) -> int:
+    def _prefill(self) -> tuple[int, int]:
+        """One chunked-prefill forward: (tokens prefilled, requests they belong to)."""
         batch = self._sched.batch
         start = batch.num_decode
         segments, sampling = prefill_inputs(batch.rows[start:], self.config.max_prefill_tokens)
         if not segments:
-            return 0
+            return 0, 0
         ends = list(accumulate(len(s.token_ids) for s in segments))
         logits = self._runner.forward(start, segments, [e - 1 for e in ends])  # (M, V)
         choices, logprobs = (t.tolist() for t in choose_tokens(logits, sampling))
@@ -223,7 +233,7 @@ class TorchEngine:
                     done.append((start + i, reason))
         for slot, reason in reversed(done):
             self._finish(slot, reason)
-        return ends[-1]
+        return ends[-1], len(segments)
 
     def _emit(
         self, state: EngineRequest, tokens: list[int], lps: list[float], drafted: int

@@ -1,0 +1,90 @@
+"""StepLog: a generator's engine steps as they ran live, for the simulator's validation.
+
+Enabled by the environment variable ``SEER_STEP_LOG=<folder>`` (diagnostic, like
+``SEER_PROFILE``; the launcher passes the environment to every actor). Per engine step the
+generator keeps one row: when its loop iteration began and the engine call began and ended
+(wall clock, ``time.time()``, the clock chunk records use), the decoding rows, their cached
+context tokens, the prefill and draft tokens, the chunks it finished, and how long it had
+waited for work (nothing queued) since the previous step. On ``EndRollout``
+the rows since the last one are appended to ``<folder>/steps-gen<index>.jsonl`` as one
+line ``{"rollout_id", "instance", "steps": [[...], ...]}`` (columns: ``COLUMNS``).
+
+What it measures that an in-process profile cannot: the step time with both generator
+processes and the control plane sharing the cores, and the time the actor spends between
+engine calls (thread hand-off, reporting chunks, admitting new ones).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from actors.generator.engine import StepResult
+
+__all__ = ["COLUMNS", "ENV", "StepLog", "read_step_logs"]
+
+ENV = "SEER_STEP_LOG"
+COLUMNS = (
+    "loop_s",  # the actor's loop iteration began (admitting queued chunks)
+    "start_s",  # the engine call began (in the worker thread)
+    "end_s",  # the engine call returned (in the worker thread)
+    "num_decode_rows",
+    "num_decode_context_tokens",
+    "num_prefill_tokens",
+    "num_draft_tokens",
+    "num_finished",
+    "num_prefill_requests",
+    "idle_s",  # the loop waited for work (none queued) since the previous step
+)
+
+
+class StepLog:
+    def __init__(self, folder: Path, instance: int) -> None:
+        self.path = folder / f"steps-gen{instance}.jsonl"
+        self.instance = instance
+        self.rows: list[tuple[float, ...]] = []
+
+    @classmethod
+    def from_env(cls, instance: int) -> StepLog | None:
+        folder = os.environ.get(ENV)
+        if not folder:
+            return None
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        return cls(Path(folder), instance)
+
+    def add(
+        self, loop_s: float, start_s: float, end_s: float, result: StepResult, idle_s: float
+    ) -> None:
+        self.rows.append(
+            (
+                loop_s,
+                start_s,
+                end_s,
+                result.num_decode_rows,
+                result.num_decode_context_tokens,
+                result.num_prefill_tokens,
+                result.num_draft_tokens,
+                len(result.finished),
+                result.num_prefill_requests,
+                idle_s,
+            )
+        )
+
+    def flush(self, rollout_id: str) -> None:
+        rows, self.rows = self.rows, []
+        line = {"rollout_id": rollout_id, "instance": self.instance, "steps": rows}
+        with self.path.open("a") as f:
+            f.write(json.dumps(line) + "\n")
+
+
+def read_step_logs(folder: Path) -> dict[str, dict[int, list[dict[str, float]]]]:
+    """rollout id -> instance -> its steps (one dict per step, keys ``COLUMNS``)."""
+    out: dict[str, dict[int, list[dict[str, float]]]] = {}
+    for path in sorted(folder.glob("steps-gen*.jsonl")):
+        for line in path.read_text().splitlines():
+            entry = json.loads(line)
+            steps = [dict(zip(COLUMNS, row, strict=True)) for row in entry["steps"]]
+            per = out.setdefault(entry["rollout_id"], {})
+            per.setdefault(int(entry["instance"]), []).extend(steps)
+    return out

@@ -1,0 +1,78 @@
+"""Live step logs: written by the generator's StepLog, read back, and what the simulator
+takes from them (overheads outside engine steps, teacher-forced step time)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from actors.generator.engine import StepResult
+from actors.generator.step_log import COLUMNS, StepLog, read_step_logs
+from pipeline.sim import steplog
+from pipeline.sim.costmodel import CostModel
+
+ROWS = [
+    {"shape": "s", "kind": "decode", "B": b, "g": 0, "ctx": c, "ms": ms}
+    for b, c, ms in ((1, 32, 2.0), (4, 32, 4.0), (1, 1056, 3.0), (4, 1056, 6.0))
+] + [{"shape": "s", "kind": "prefill", "B": 1, "tokens": 100, "ms": 10.0}]
+COST = CostModel(ROWS, "s")
+
+
+def step(
+    t: float,
+    dur: float,
+    rows: int = 4,
+    ctx: int = 40,
+    prefill: int = 0,
+    ended: int = 0,
+    idle: float = 0.0,
+) -> dict[str, float]:
+    values = (t - 0.0001, t, t + dur, rows, rows * ctx, prefill, 0, ended, 1, idle)
+    return dict(zip(COLUMNS, values, strict=True))
+
+
+def test_step_log_round_trips_per_rollout_and_instance(tmp_path: Path) -> None:
+    log = StepLog(tmp_path, 1)
+    result = StepResult((), (), 3, 16, 0, 90, 2)
+    log.add(1.0, 1.1, 1.2, result, 0.0)
+    log.add(1.3, 1.3, 1.5, result, 0.0)
+    log.flush("r1")
+    log.add(2.0, 2.0, 2.5, result, 0.25)
+    log.flush("r2")
+    logs = read_step_logs(tmp_path)
+    assert sorted(logs) == ["r1", "r2"] and list(logs["r1"]) == [1]
+    first = logs["r1"][1][0]
+    assert (first["start_s"], first["num_decode_rows"], first["num_prefill_requests"]) == (
+        1.1,
+        3,
+        2,
+    )
+    assert len(logs["r1"][1]) == 2 and logs["r2"][1][0]["idle_s"] == 0.25 and not log.rows
+
+
+def test_overheads_are_the_median_gaps_per_step_and_per_reported_chunk() -> None:
+    steps, t = [], 0.0
+    for i in range(40):  # 5 ms steps, 0.5 ms apart; after a step that ends 2 chunks, 2.5 ms
+        ended = 2 if i % 4 == 3 else 0
+        steps.append(step(t, 0.005, ended=ended))
+        t += 0.005 + (0.0025 if ended else 0.0005)
+    steps.append(step(t + 1.0, 0.005, idle=1.0))  # an idle second (no work): not overhead
+    out = steplog.overheads([steps])
+    assert out["step_overhead_s"] == pytest.approx(0.0005)
+    assert out["step_overhead_median_s"] == pytest.approx(0.0005)
+    assert out["report_s"] == pytest.approx(0.001)  # (2.5 - 0.5) ms over 2 chunks
+
+
+def test_teacher_forced_prices_each_logged_step_by_kind() -> None:
+    decode = step(0.0, 0.004, rows=4, ctx=32)  # the table says 4 ms: exact
+    prefill = step(1.0, 0.020, rows=0, prefill=100, idle=0.9)  # the table says 10 ms: half
+    out = steplog.teacher_forced([[decode, prefill]], COST)
+    assert out["num_steps"] == 2
+    assert out["by_kind"]["decode"]["predicted_over_measured"] == pytest.approx(1.0)
+    assert out["by_kind"]["prefill"]["predicted_over_measured"] == pytest.approx(0.5)
+    assert out["step_time_err"] == pytest.approx(10 / 24)
+    split = steplog.time_split([decode, prefill])
+    assert split["engine_s"] == pytest.approx(0.024)
+    assert split["idle_s"] == pytest.approx(0.9)
+    assert split["between_s"] == pytest.approx(split["span_s"] - 0.024 - 0.9)
