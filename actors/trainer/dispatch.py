@@ -32,7 +32,13 @@ import torch
 
 from actors.trainer.batch import TrainSample
 from actors.trainer.grpo import group_advantages
-from transport.messages import GroupAdvantages, SampleData, SamplingSpec, ShardLayout
+from transport.messages import (
+    GroupAdvantages,
+    SampleData,
+    SamplingSpec,
+    ShardEnd,
+    ShardLayout,
+)
 
 
 class DispatchError(RuntimeError):
@@ -214,12 +220,17 @@ class Shard:
 
 
 class ShardBuffer:
-    """The receiving side on one rank: samples and advantages of one iteration."""
+    """The receiving side on one rank: samples and advantages of one iteration.
+
+    Each sample is turned into its `TrainSample` as it arrives (during the rollout, while
+    the rank waits), so the shard is ready to train the moment `hold` sees its end."""
 
     def __init__(self) -> None:
         self.samples: dict[str, SampleData] = {}
+        self.converted: dict[str, TrainSample] = {}
         self.advantages: dict[str, tuple[float, float]] = {}  # request id -> (adv, flat share)
         self.iteration: int | None = None
+        self.held: tuple[int, tuple[str, ...], Shard] | None = None  # (iteration, ids, shard)
 
     def _check_iteration(self, iteration: int) -> None:
         if self.iteration is None:
@@ -232,6 +243,7 @@ class ShardBuffer:
         if data.request_id in self.samples:
             raise DispatchError(f"request {data.request_id} received twice")
         self.samples[data.request_id] = data
+        self.converted[data.request_id] = train_sample_of(data)
 
     def add_advantages(self, msg: GroupAdvantages) -> None:
         self._check_iteration(msg.iteration)
@@ -239,21 +251,45 @@ class ShardBuffer:
         for rid, adv in zip(msg.request_ids, msg.advantages, strict=True):
             self.advantages[rid] = (adv, share)
 
+    def hold(self, end: ShardEnd) -> Shard:
+        """The end of this rank's shard arrived: add its advantages, check the shard is
+        exactly there and build it (kept for `take`); `DispatchError` otherwise."""
+        self._check_iteration(end.iteration)
+        rows = zip(end.adv_request_ids, end.advantages, end.flat_share, strict=True)
+        for rid, adv, share in rows:
+            self.advantages[rid] = (adv, share)
+        shard = self._build(end.iteration, end.rank, end.request_ids)
+        self.held = (end.iteration, end.request_ids, shard)
+        return shard
+
     def take(self, layout: ShardLayout) -> Shard:
         """This rank's shard in layout order; ``DispatchError`` if it is not exactly there."""
+        if self.held is not None:
+            iteration, ids, shard = self.held
+            self.held = None
+            if iteration != layout.iteration or ids != layout.request_ids:
+                raise DispatchError(
+                    f"rank {layout.rank}: the layout of iteration {layout.iteration} "
+                    f"({len(layout.request_ids)} requests) is not the shard held for "
+                    f"iteration {iteration} ({len(ids)} requests)"
+                )
+            return shard
         if self.iteration not in (None, layout.iteration):
             raise DispatchError(f"holding iteration {self.iteration}, layout is {layout.iteration}")
-        missing = [r for r in layout.request_ids if r not in self.samples]
-        extra = sorted(set(self.samples) - set(layout.request_ids))
-        no_adv = [r for r in layout.request_ids if r not in self.advantages]
+        return self._build(layout.iteration, layout.rank, layout.request_ids)
+
+    def _build(self, iteration: int, rank: int, request_ids: tuple[str, ...]) -> Shard:
+        missing = [r for r in request_ids if r not in self.samples]
+        extra = sorted(set(self.samples) - set(request_ids))
+        no_adv = [r for r in request_ids if r not in self.advantages]
         if missing or extra or no_adv:
             raise DispatchError(
-                f"rank {layout.rank}, iteration {layout.iteration}: {len(missing)} samples "
+                f"rank {rank}, iteration {iteration}: {len(missing)} samples "
                 f"missing {missing[:3]}, {len(extra)} unexpected {extra[:3]}, {len(no_adv)} "
                 f"without advantages {no_adv[:3]}"
             )
-        samples = tuple(train_sample_of(self.samples[r]) for r in layout.request_ids)
-        adv = tuple(self.advantages[r][0] for r in layout.request_ids)
-        share = tuple(self.advantages[r][1] for r in layout.request_ids)
-        self.samples, self.advantages, self.iteration = {}, {}, None
+        samples = tuple(self.converted[r] for r in request_ids)
+        adv = tuple(self.advantages[r][0] for r in request_ids)
+        share = tuple(self.advantages[r][1] for r in request_ids)
+        self.samples, self.converted, self.advantages, self.iteration = {}, {}, {}, None
         return Shard(samples, adv, share)
