@@ -740,8 +740,8 @@ class ShardEnd(Message):
     """Dispatcher -> each rank, a call, once the rollout's last sample is sent: the end of
     this rank's shard (its requests, in the order sent) with the advantages not sent yet
     (the last groups': `adv_request_ids`, `advantages`, `flat_share` aligned). The rank
-    builds its training shard and answers `ShardHeld`; a shard that does not match fails
-    the call. One message per rank, sent to all ranks at once."""
+    checks it holds exactly that shard and answers `ShardHeld`; a shard that does not match
+    fails the call. One message per rank, sent to all ranks at once."""
 
     iteration: int
     rank: int
@@ -753,8 +753,8 @@ class ShardEnd(Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ShardHeld(Message):
-    """Rank -> dispatcher, the reply to `ShardEnd`: the rank holds its whole shard, built
-    for training, since `held_at` (its `time.monotonic()`)."""
+    """Rank -> dispatcher, the reply to `ShardEnd`: the rank holds its whole shard (checked
+    against the end's request ids) since `held_at` (its `time.monotonic()`)."""
 
     iteration: int
     rank: int

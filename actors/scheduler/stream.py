@@ -8,7 +8,7 @@ far (`Dispatcher`); a group's advantages follow when its last member finishes; a
 ended in "error" is never sent and is counted. At the end `flush` sends every rank its
 `ShardEnd` at once (its request ids and the last groups' advantages, over the same socket as
 its samples: a rank handles its messages in order) and awaits the `ShardHeld` acks
-concurrently, so each rank holds its whole shard, checked and built, before the driver hears
+concurrently, so each rank holds its whole shard, checked, before the driver hears
 the rollout finished; a rank that is gone or whose shard does not match raises
 `DispatchError` naming it. `summary` is all the driver gets back: rewards,
 output lengths and the layout, no token arrays.

@@ -11,9 +11,9 @@ the generators build theirs.
 Trainer ranks: with R "trainer" actors in the topology (or under torchrun, whose
 environment wins) each actor is one rank of a torch.distributed group (gloo on CPU, NCCL on
 GPU; rank = the actor's index). Samples then arrive from the data dispatcher
-(`SampleDispatched` and `GroupAdvantages`, one-way, buffered in a `ShardBuffer`, each sample
-turned into its training form on arrival); the `ShardEnd` call closes the rank's shard
-(answered with `ShardHeld` once it is complete and built); the `ShardLayout` call then
+(`SampleDispatched` and `GroupAdvantages`, one-way, buffered in a `ShardBuffer`); the
+`ShardEnd` call closes the rank's shard (answered with `ShardHeld` once it is complete);
+the `ShardLayout` call then
 starts the data-parallel step
 (`RankedGRPOTrainer.step_shard`); only rank 0 publishes weights. A rank whose shard does not
 match its layout fails the step on every rank (the ranks agree before training). Every rank
@@ -64,7 +64,7 @@ from transport.messages import (
 class ShardReceiver:
     """A rank's receiving side of the data dispatcher (the trainer's, and any stand-in's):
     samples and advantages into its `ShardBuffer`, and the `ShardEnd` call that closes the
-    shard, answered with `ShardHeld` once it is complete and built."""
+    shard, answered with `ShardHeld` once it is complete."""
 
     buffer: ShardBuffer
 
@@ -82,17 +82,17 @@ class ShardReceiver:
         self.buffer.add_advantages(msg)
 
     async def handle_shard_end(self, msg: ShardEnd) -> ShardHeld:
-        """The end of this rank's shard: hold it, built for training (or fail the call)."""
+        """The end of this rank's shard: check it is complete and hold it (or fail the call)."""
         try:
-            shard = self.buffer.hold(msg)
+            num_tokens = self.buffer.hold(msg)
         except DispatchError:
             self.buffer = ShardBuffer()
             raise
         return ShardHeld(
             iteration=msg.iteration,
             rank=msg.rank,
-            num_samples=len(shard.samples),
-            num_tokens=sum(len(s.completion_ids) for s in shard.samples),
+            num_samples=len(msg.request_ids),
+            num_tokens=num_tokens,
             held_at=time.monotonic(),
         )
 

@@ -220,17 +220,14 @@ class Shard:
 
 
 class ShardBuffer:
-    """The receiving side on one rank: samples and advantages of one iteration.
-
-    Each sample is turned into its `TrainSample` as it arrives (during the rollout, while
-    the rank waits), so the shard is ready to train the moment `hold` sees its end."""
+    """The receiving side on one rank: samples and advantages of one iteration. `hold`
+    checks the shard is complete when its end arrives; `take` builds it for training."""
 
     def __init__(self) -> None:
         self.samples: dict[str, SampleData] = {}
-        self.converted: dict[str, TrainSample] = {}
         self.advantages: dict[str, tuple[float, float]] = {}  # request id -> (adv, flat share)
         self.iteration: int | None = None
-        self.held: tuple[int, tuple[str, ...], Shard] | None = None  # (iteration, ids, shard)
+        self.held: tuple[int, tuple[str, ...]] | None = None  # (iteration, request ids)
 
     def _check_iteration(self, iteration: int) -> None:
         if self.iteration is None:
@@ -243,7 +240,6 @@ class ShardBuffer:
         if data.request_id in self.samples:
             raise DispatchError(f"request {data.request_id} received twice")
         self.samples[data.request_id] = data
-        self.converted[data.request_id] = train_sample_of(data)
 
     def add_advantages(self, msg: GroupAdvantages) -> None:
         self._check_iteration(msg.iteration)
@@ -251,34 +247,38 @@ class ShardBuffer:
         for rid, adv in zip(msg.request_ids, msg.advantages, strict=True):
             self.advantages[rid] = (adv, share)
 
-    def hold(self, end: ShardEnd) -> Shard:
-        """The end of this rank's shard arrived: add its advantages, check the shard is
-        exactly there and build it (kept for `take`); `DispatchError` otherwise."""
+    def hold(self, end: ShardEnd) -> int:
+        """The end of this rank's shard arrived: add its advantages and check the shard is
+        exactly there (`DispatchError` otherwise); its number of loss tokens."""
         self._check_iteration(end.iteration)
         rows = zip(end.adv_request_ids, end.advantages, end.flat_share, strict=True)
         for rid, adv, share in rows:
             self.advantages[rid] = (adv, share)
-        shard = self._build(end.iteration, end.rank, end.request_ids)
-        self.held = (end.iteration, end.request_ids, shard)
-        return shard
+        self._check(end.iteration, end.rank, end.request_ids)
+        self.held = (end.iteration, end.request_ids)
+        return sum(int(self.samples[r].loss_mask.sum()) for r in end.request_ids)
 
     def take(self, layout: ShardLayout) -> Shard:
-        """This rank's shard in layout order; ``DispatchError`` if it is not exactly there."""
-        if self.held is not None:
-            iteration, ids, shard = self.held
-            self.held = None
-            if iteration != layout.iteration or ids != layout.request_ids:
-                raise DispatchError(
-                    f"rank {layout.rank}: the layout of iteration {layout.iteration} "
-                    f"({len(layout.request_ids)} requests) is not the shard held for "
-                    f"iteration {iteration} ({len(ids)} requests)"
-                )
-            return shard
+        """This rank's shard in layout order; ``DispatchError`` if it is not exactly there
+        (or not the shard `hold` saw end)."""
+        if self.held is not None and self.held != (layout.iteration, layout.request_ids):
+            iteration, ids = self.held
+            raise DispatchError(
+                f"rank {layout.rank}: the layout of iteration {layout.iteration} "
+                f"({len(layout.request_ids)} requests) is not the shard held for "
+                f"iteration {iteration} ({len(ids)} requests)"
+            )
         if self.iteration not in (None, layout.iteration):
             raise DispatchError(f"holding iteration {self.iteration}, layout is {layout.iteration}")
-        return self._build(layout.iteration, layout.rank, layout.request_ids)
+        self._check(layout.iteration, layout.rank, layout.request_ids)
+        request_ids = layout.request_ids
+        samples = tuple(train_sample_of(self.samples[r]) for r in request_ids)
+        adv = tuple(self.advantages[r][0] for r in request_ids)
+        share = tuple(self.advantages[r][1] for r in request_ids)
+        self.samples, self.advantages, self.iteration, self.held = {}, {}, None, None
+        return Shard(samples, adv, share)
 
-    def _build(self, iteration: int, rank: int, request_ids: tuple[str, ...]) -> Shard:
+    def _check(self, iteration: int, rank: int, request_ids: tuple[str, ...]) -> None:
         missing = [r for r in request_ids if r not in self.samples]
         extra = sorted(set(self.samples) - set(request_ids))
         no_adv = [r for r in request_ids if r not in self.advantages]
@@ -288,8 +288,3 @@ class ShardBuffer:
                 f"missing {missing[:3]}, {len(extra)} unexpected {extra[:3]}, {len(no_adv)} "
                 f"without advantages {no_adv[:3]}"
             )
-        samples = tuple(self.converted[r] for r in request_ids)
-        adv = tuple(self.advantages[r][0] for r in request_ids)
-        share = tuple(self.advantages[r][1] for r in request_ids)
-        self.samples, self.converted, self.advantages, self.iteration = {}, {}, {}, None
-        return Shard(samples, adv, share)

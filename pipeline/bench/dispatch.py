@@ -9,19 +9,27 @@ times over a window (`WINDOW_S`), as a rollout's do.
 
 - **centralized** (today's path): each finished sample goes to the driver process; once it
   holds all of them it computes the advantages and sends the whole batch to rank 0, which
-  assigns whole groups by LPT and scatters every other rank's shard to it.
-- **direct** (Earl): each sample goes, the moment it finishes, to the rank the online
-  least-loaded assignment picks (`Dispatcher`); a group's advantages follow when it
-  completes; then every rank gets its layout.
+  assigns whole groups by LPT, scatters every other rank's shard to it and closes every
+  shard with the same `ShardEnd` call the direct path ends with.
+- **direct** (Earl, the code `seer run --dispatch direct` runs: `Dispatcher`, whose sends
+  and end the scheduler's `SampleStream` makes): each sample goes, the moment it finishes,
+  to the rank the online least-loaded assignment picks; a group's advantages follow with
+  the next sample; after the last sample every rank gets one `ShardEnd` (its request ids
+  and the last groups' advantages), all at once, and the acks are awaited concurrently.
 
-Latency is from the last sample finishing to the moment every rank holds its whole batch
-(each rank stamps the time it holds all its samples and its layout; one host, one
-monotonic clock). Both paths run in the same invocation, interleaved, median of repeats.
-Imbalance is max / mean tokens per rank of the direct assignment (the centralized LPT's is
-reported beside it). On one host the figures are bounded by memory bandwidth and the
-per-message cost of Python and the codec on 2 shared cores, not by a network: the
-centralized path moves every byte three times (to the driver, to rank 0, to its rank), the
-direct one once, mostly before the last sample finishes.
+The ranks are the real `TrainerActor` (actor runtime and receiving handlers; no
+torch.distributed, no model: nothing trains here). Latency is from the last sample
+finishing to the moment every rank holds its whole shard (each rank stamps it when it
+answers `ShardEnd`; one host, one monotonic clock). Turning the arrays into training
+samples happens after that on both paths, when the step starts (`shard_build_s`: that work
+per rank, measured alone in this process, for reference). `floor_s`: an empty `ShardEnd`
+to every rank at once, the per-message floor of this host. Both paths and the floor run in the same
+invocation, interleaved, median of repeats. Imbalance is max / mean tokens per rank of the
+direct assignment (the centralized LPT's is reported beside it). On one host the figures
+are bounded by process wake-ups on 2 shared cores, memory bandwidth and the per-message
+cost of Python and the codec, not by a network: the centralized path moves every byte
+three times (to the driver, to rank 0, to its rank), the direct one once, mostly before
+the last sample finishes.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ import structlog
 from actors.base import ActorContext, Handler, Mailbox
 from actors.trainer.actor import TrainerActor
 from actors.trainer.dispatch import (
+    ShardBuffer,
     group_advantage_message,
     imbalance,
     lpt_assign,
@@ -57,6 +66,7 @@ from transport.messages import (
     SamplesBatch,
     SamplingSpec,
     ShardEnd,
+    ShardHeld,
     Stop,
     register_extension,
 )
@@ -111,6 +121,11 @@ class _BenchRank(TrainerActor):
 
     async def on_stop(self) -> None:
         pass
+
+    async def handle_shard_end(self, msg: ShardEnd) -> ShardHeld:
+        held = await super().handle_shard_end(msg)
+        self.buffer = ShardBuffer()  # nothing trains here: the next trial starts empty
+        return held
 
     async def handle_samples_batch(self, msg: SamplesBatch) -> Message | None:
         rank, num_ranks = self.ctx.index, self.num_peers("trainer")
@@ -310,6 +325,20 @@ async def _central(
     return max(times.held_at) - last, times.imbalance
 
 
+async def _floor(mailbox: Mailbox, ranks: int, it: int) -> float:
+    """One empty `ShardEnd` to every rank at once (what the direct path sends after the last
+    sample, without any shard): until every rank has handled it. The per-message floor of
+    this host: process wake-ups and a ZeroMQ hop, with nothing to move."""
+    ends = [
+        ShardEnd(iteration=it, rank=r, request_ids=(), adv_request_ids=(), advantages=(),
+                 flat_share=())
+        for r in range(ranks)
+    ]  # fmt: skip
+    start = time.monotonic()
+    held = await end_shards(mailbox, ends, "trainer", 120.0)
+    return max(h.held_at for h in held) - start
+
+
 async def _measure(
     folder: str, ranks: int, contexts: tuple[int, ...], num_groups: int, repeats: int
 ) -> dict[str, dict[str, Any]]:
@@ -320,8 +349,10 @@ async def _measure(
     try:
         for ctx in contexts:
             samples, offsets = make_workload(ctx, num_groups, seed=ctx + ranks)
-            central, direct, imb, central_imb = [], [], 0.0, 0.0
+            central, direct, floor, imb, central_imb = [], [], [], 0.0, 0.0
             for _ in range(repeats):  # interleaved: both paths see the same machine state
+                it += 1
+                floor.append(await _floor(mailbox, ranks, it))
                 it += 1
                 latency, imb = await _direct(mailbox, ranks, it, samples, offsets)
                 direct.append(latency)
@@ -341,6 +372,8 @@ async def _measure(
                 "centralized_imbalance": central_imb,
                 "centralized_runs_s": central,
                 "direct_runs_s": direct,
+                "floor_s": statistics.median(floor),
+                "floor_runs_s": floor,
                 "shard_build_s": build_s,
                 "num_samples": float(len(samples)),
                 "batch_mib": sum(len(s.loss_mask) for s in samples) * BYTES_PER_TOKEN / 2**20,
@@ -384,14 +417,15 @@ def run(json_path: str | None, quick: bool = False) -> dict[str, Any]:
         },
     }  # fmt: skip
     print(f"{'ranks':>5} {'ctx':>6} {'MiB':>6} {'centralized ms':>15} {'direct ms':>10} "
-          f"{'ratio':>7} {'imbalance':>9} {'(LPT)':>6}")  # fmt: skip
+          f"{'ratio':>7} {'floor ms':>9} {'imbalance':>9} {'(LPT)':>6}")  # fmt: skip
     for ranks in (2, 4):
         rows = measure_ranks(ranks, contexts, num_groups, repeats)
         result["ranks"][str(ranks)] = rows
         for ctx, row in rows.items():
             print(
                 f"{ranks:>5} {ctx:>6} {row['batch_mib']:>6.1f} {row['centralized_s'] * 1e3:>15.1f} "
-                f"{row['direct_s'] * 1e3:>10.2f} {row['ratio']:>6.1f}x {row['imbalance']:>9.3f} "
+                f"{row['direct_s'] * 1e3:>10.2f} {row['ratio']:>6.1f}x "
+                f"{row['floor_s'] * 1e3:>9.2f} {row['imbalance']:>9.3f} "
                 f"{row['centralized_imbalance']:>6.3f}"
             )
     if json_path:
