@@ -736,6 +736,15 @@ class ShardLayout(Message):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PeersChanged(Message):
+    """Driver -> every actor that stayed up, a call: the topology now has `count` actors of
+    `role` (restarted in a new layout at the same addresses); sockets to the old ones go."""
+
+    role: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ShardEnd(Message):
     """Dispatcher -> each rank, a call, once the rollout's last sample is sent: the end of
     this rank's shard (its requests, in the order sent) with the advantages not sent yet
@@ -815,6 +824,7 @@ REGISTRY: Final[dict[int, type[Message]]] = {
     58: StreamToRanks,
     59: ShardEnd,
     64: ShardHeld,
+    65: PeersChanged,
     60: TokensAppended,
     61: SyncDrafts,
     62: DraftDeltas,
