@@ -2,7 +2,8 @@
 
 An actor binds one inbox (a ROUTER-style `ReplyChannel`) at its address and serves it one
 message at a time, in arrival order: it looks the message's type up in its dispatch table
-(`handlers()` plus the built-ins `Stop`, `Ping` and `GetStats`) and awaits the handler.
+(`handlers()` plus the built-ins `Stop`, `Ping`, `GetStats` and `PeersChanged`) and awaits
+the handler.
 A handler's return value answers a `call` (`Ack` when it returns None); a handler that
 raises is logged with the message type, answered with `ErrorReply` if it was a call, and
 the actor keeps serving. A malformed message is logged and dropped the same way.
@@ -36,6 +37,7 @@ from transport.messages import (
     GetStats,
     Heartbeat,
     Message,
+    PeersChanged,
     Ping,
     Pong,
     Stop,
@@ -86,6 +88,11 @@ class Mailbox:
             sock = self._peers[key] = self.transport.request(self.address_of(role, index))
         return sock
 
+    def forget(self, role: str) -> None:
+        """Close the cached sockets to actors of `role` (they were replaced)."""
+        for key in [k for k in self._peers if k[0] == role]:
+            self._peers.pop(key).close()
+
     async def send_to(self, role: str, index: int, msg: Message) -> None:
         """One-way message that matters to actor `role`/`index`: waits at the high-water
         mark for a live peer, raises `PeerGone` at once for a disconnected one."""
@@ -123,6 +130,7 @@ class Actor:
         self._stop_reason = "stopped"
         self._tg: anyio.abc.TaskGroup | None = None
         self._dispatch: dict[type[Message], Handler] = {}
+        self.peers: dict[str, int] = dict(ctx.peers)  # role -> count; `PeersChanged` updates
 
     # --- for subclasses -------------------------------------------------------------
 
@@ -135,6 +143,9 @@ class Actor:
 
     async def on_stop(self) -> None:
         """Release resources; runs shielded, within `stop_timeout_s`."""
+
+    async def on_peers_changed(self, role: str, count: int) -> None:
+        """The actors of `role` were replaced by `count` new ones (between rollouts)."""
 
     def counters(self) -> dict[str, float]:
         """Extra counters reported in `ActorStats`."""
@@ -166,11 +177,11 @@ class Actor:
 
     def has_peer(self, role: str) -> bool:
         """Whether the topology has actors of `role` (for optional peers like "drafts")."""
-        return role in self.ctx.peers
+        return role in self.peers
 
     def num_peers(self, role: str) -> int:
         """How many actors of `role` the topology has (0 when none)."""
-        return self.ctx.peers.get(role, 0)
+        return self.peers.get(role, 0)
 
     async def call(self, role: str, index: int, msg: Message, timeout: float = 10.0) -> Message:
         return await self.mailbox.call(role, index, msg, timeout)
@@ -182,6 +193,13 @@ class Actor:
 
     async def handle_ping(self, msg: Ping) -> Pong:
         return Pong(seq=msg.seq, payload=msg.payload)
+
+    async def handle_peers_changed(self, msg: PeersChanged) -> None:
+        if msg.count < 0 or msg.role == self.ctx.role:
+            raise ValueError(f"{self.ctx.name} cannot take {msg.count} peers of {msg.role!r}")
+        await self.on_peers_changed(msg.role, msg.count)
+        self.peers[msg.role] = msg.count
+        self.mailbox.forget(msg.role)
 
     async def handle_get_stats(self, msg: GetStats) -> ActorStats:
         return ActorStats(
@@ -204,6 +222,7 @@ class Actor:
             Stop: self.handle_stop,
             Ping: self.handle_ping,
             GetStats: self.handle_get_stats,
+            PeersChanged: self.handle_peers_changed,
             **self.handlers(),
         }
         try:

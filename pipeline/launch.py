@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -45,6 +45,7 @@ from transport.messages import (
     GetStats,
     Heartbeat,
     Message,
+    PeersChanged,
     Stop,
 )
 
@@ -92,6 +93,20 @@ class Cluster:
         self.inbox: ReplyChannel = inbox or transport.reply(config.address(DRIVER), bind=True)
         self.control: RecvChannel = control or transport.pull(config.address(CONTROL), bind=True)
         self.status = {key: ActorStatus(*key) for key in config.topology.instances()}
+        # set by a launcher that can replace one role's actors in place (`restart_role`)
+        self.restarter: Callable[[PipelineConfig, str], Awaitable[None]] | None = None
+
+    async def restart_role(self, config: PipelineConfig, role: str) -> None:
+        """Stop the actors of `role` and start `config`'s (its count and options for that
+        role; every other actor keeps running), then tell every other actor the new count
+        (`PeersChanged`, a call each). `NotImplementedError` where the launcher cannot."""
+        if self.restarter is None:
+            raise NotImplementedError("this launcher restarts whole topologies only")
+        await self.restarter(config, role)
+        self.mailbox.forget(role)
+        count = config.topology.group(role).count
+        for other, index in [k for k in self.status if k[0] != role]:
+            await self.call(other, index, PeersChanged(role=role, count=count), timeout=30.0)
 
     async def send(self, role: str, index: int, msg: Message) -> None:
         await self.mailbox.send_to(role, index, msg)
@@ -225,11 +240,32 @@ async def launch_local(config: PipelineConfig) -> AsyncIterator[Cluster]:
     config_path = save_config(config, run_dir / "config.toml")
     transport = zmq_transport(config)
     cluster = Cluster(config, transport)
+
+    def spawn(path: Path, status: ActorStatus) -> None:
+        status.log_path = run_dir / "logs" / f"{status.role}-{status.index}.log"
+        with status.log_path.open("ab") as log_file:
+            status.process = _spawn(path, status.role, status.index, log_file)
+
+    async def restart(new: PipelineConfig, role: str) -> None:
+        """Replace `role`'s processes by `new`'s (same run directory and addresses)."""
+        if new.transport.scheme != "ipc" or new.run_dir != run_dir:
+            raise NotImplementedError("roles restart in place over ipc in the same run dir")
+        old = [s for (r, _), s in cluster.status.items() if r == role]
+        await _stop_processes(cluster, old)
+        await cluster.drain_control(timeout=0.2)  # their last words land on the old entries
+        for s in old:
+            del cluster.status[(s.role, s.index)]
+        cluster.config = new
+        path = save_config(new, run_dir / f"config-{role}-{time.monotonic_ns()}.toml")
+        for index in range(new.topology.group(role).count):
+            status = cluster.status[(role, index)] = ActorStatus(role, index)
+            spawn(path, status)
+        await _await_ready(cluster)
+
+    cluster.restarter = restart
     try:
-        for (role, index), status in cluster.status.items():
-            status.log_path = run_dir / "logs" / f"{role}-{index}.log"
-            with status.log_path.open("wb") as log_file:
-                status.process = _spawn(config_path, role, index, log_file)
+        for status in cluster.status.values():
+            spawn(config_path, status)
         await _await_ready(cluster)
         log.info("cluster_ready", actors=len(cluster.status), run_dir=str(run_dir))
         yield cluster
@@ -257,8 +293,9 @@ async def _await_ready(cluster: Cluster) -> None:
         await cluster.drain_control(lambda: not cluster.not_ready(), timeout=0.2)
 
 
-async def _stop_processes(cluster: Cluster) -> None:
-    procs = [s for s in cluster.status.values() if s.process is not None]
+async def _stop_processes(cluster: Cluster, which: list[ActorStatus] | None = None) -> None:
+    chosen = list(cluster.status.values()) if which is None else which
+    procs = [s for s in chosen if s.process is not None]
     for s in procs:
         if s.process is not None and s.process.poll() is None:
             with contextlib.suppress(TransportError):

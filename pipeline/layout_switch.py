@@ -1,13 +1,16 @@
 """Switching the generator layout between iterations (Earl's parallelism selector, live).
 
-`switch_layout` saves the trainer (weights, optimiser, version, RNG) to a checkpoint, stops
-the running topology, starts it again with the new generator layout and restores every
-trainer rank from the checkpoint; rank 0 re-publishes the
-weights to the new generators under the same version, so the next rollout is on-policy for
-exactly the weights the trainer holds. The whole switch is timed (seconds) and counted by
-the caller. Restarting the trainer with the generators is the simple, safe choice here (the
-launcher starts and stops whole topologies); it costs a checkpoint round trip on top of the
-generators' start.
+`switch_layout` restarts only the generators: the launcher stops the generator processes
+and starts the new layout's at the same addresses (`Cluster.restart_role`), every other
+actor (splitter, estimator, scheduler, draft store, trainer ranks) stays up and is told the
+new generator count (`PeersChanged`; the scheduler starts a fresh generator set), and
+trainer rank 0 pushes its current weights to each new generator (`RepublishWeights`) under
+the same version, so the next rollout is on-policy for exactly the weights the trainer
+holds; the trainer keeps its optimiser state and version in memory. Where the launcher
+cannot restart one role in place (in-process, Ray, static, tcp), the switch falls back to
+saving the trainer to a checkpoint, restarting the whole topology in the new layout and
+restoring every rank from the checkpoint (rank 0 re-publishes). The whole switch is timed
+(seconds) and counted by the caller.
 
 A layout is (instances, threads per instance) for the built-in engine and (servers,
 `--tp-size` per server) for SGLang generators that launch their servers (`[generator.sglang]
@@ -23,11 +26,16 @@ import dataclasses
 import time
 from pathlib import Path
 
+import structlog
+
+from pipeline.config import PipelineConfig, Topology
 from pipeline.ranks import load_on_every_rank
 from pipeline.rl_config import RunConfig, rl_topology
 from pipeline.rollout import Rollout
 from pipeline.selector import Layout, LayoutProfile, ParallelismSelector, ProfileError
-from transport.messages import SaveCheckpoint
+from transport.messages import RepublishWeights, SaveCheckpoint, WeightsPublished
+
+log = structlog.get_logger()
 
 
 def with_layout(cfg: RunConfig, layout: Layout) -> RunConfig:
@@ -73,16 +81,43 @@ async def switch_layout(
     model_path: str,
     iteration: int,
 ) -> tuple[Rollout, RunConfig, float]:
-    """The new rollout (entered on `stack`), its config and the switch's seconds."""
+    """The rollout to go on with (the same one when only the generators restarted, else a
+    new one entered on `stack`), its config and the switch's seconds."""
     start = time.perf_counter()
     version = rollout.weight_version
+    new_cfg = with_layout(cfg, layout)
+    if await restart_generators(rollout, rl_topology(new_cfg, model_path)):
+        return rollout, new_cfg, time.perf_counter() - start
     folder = str(Path(cfg.out_dir) / "layout-switch")
     await rollout.call_actor("trainer", SaveCheckpoint(path=folder, iteration=iteration))
     await rollout.__aexit__(None, None, None)
-    new_cfg = with_layout(cfg, layout)
     new = await stack.enter_async_context(Rollout(rl_topology(new_cfg, model_path), mode=cfg.mode))
     report = await load_on_every_rank(new, cfg.trainer_ranks, folder)
     if report.version != version:
         raise RuntimeError(f"layout switch moved the weight version {version} -> {report.version}")
     new.weight_version = report.version
     return new, new_cfg, time.perf_counter() - start
+
+
+async def restart_generators(rollout: Rollout, fresh: PipelineConfig) -> bool:
+    """Replace the running generators by `fresh`'s (its generator group) and push them the
+    trainer's current weights; False (nothing changed) where the launcher cannot."""
+    cluster = rollout.cluster
+    if cluster is None:
+        raise RuntimeError("use `async with Rollout(...)` first")
+    running = rollout.config
+    generators = fresh.topology.group("generator")
+    actors = tuple(generators if g.role == "generator" else g for g in running.topology.actors)
+    config = dataclasses.replace(running, topology=Topology(actors=actors))
+    try:
+        await cluster.restart_role(config, "generator")
+    except NotImplementedError as exc:
+        log.info("layout_switch_full_restart", reason=str(exc))
+        return False
+    rollout.config = config
+    version = rollout.weight_version
+    for index in range(generators.count):  # rank 0 publishes; same version, same weights
+        reply = await rollout.call_actor("trainer", RepublishWeights(instance=index))
+        if not isinstance(reply, WeightsPublished) or reply.version != version:
+            raise RuntimeError(f"layout switch: generator {index} got {reply}, not v{version}")
+    return True

@@ -739,6 +739,43 @@ class ShardLayout(Message):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PeersChanged(Message):
+    """Driver -> every actor that stayed up, a call: the topology now has `count` actors of
+    `role` (restarted in a new layout at the same addresses); sockets to the old ones go."""
+
+    role: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardEnd(Message):
+    """Dispatcher -> each rank, a call, once the rollout's last sample is sent: the end of
+    this rank's shard (its requests, in the order sent) with the advantages not sent yet
+    (the last groups': `adv_request_ids`, `advantages`, `flat_share` aligned). The rank
+    checks it holds exactly that shard and answers `ShardHeld`; a shard that does not match
+    fails the call. One message per rank, sent to all ranks at once."""
+
+    iteration: int
+    rank: int
+    request_ids: tuple[str, ...]
+    adv_request_ids: tuple[str, ...]
+    advantages: tuple[float, ...]
+    flat_share: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardHeld(Message):
+    """Rank -> dispatcher, the reply to `ShardEnd`: the rank holds its whole shard (checked
+    against the end's request ids) since `held_at` (its `time.monotonic()`)."""
+
+    iteration: int
+    rank: int
+    num_samples: int
+    num_tokens: int
+    held_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SamplesBatch(Message):
     """The centralized path: the driver's gathered batch to rank 0, or rank 0's scatter to a
     rank, with the advantages of every group (computed by whoever held the whole batch)."""
@@ -788,6 +825,9 @@ REGISTRY: Final[dict[int, type[Message]]] = {
     56: ShardLayout,
     57: SamplesBatch,
     58: StreamToRanks,
+    59: ShardEnd,
+    64: ShardHeld,
+    65: PeersChanged,
     60: TokensAppended,
     61: SyncDrafts,
     62: DraftDeltas,

@@ -104,6 +104,15 @@ class SchedulerActor(Actor):
         self.early_estimates: dict[str, dict[str, int]] = {}
         self.streams: dict[str, StreamToRanks] = {}  # announced, not yet started: rollout id
 
+    async def on_peers_changed(self, role: str, count: int) -> None:
+        """New generators (a layout switch, between rollouts): a fresh generator set."""
+        if role != "generator":
+            return
+        if self.current is not None:
+            raise RuntimeError("generators cannot change during a rollout")
+        self.num_generators = count
+        self.last_loads, self.down, self.rejoining = {}, set(), set()
+
     def handlers(self) -> Mapping[type[Message], Handler]:
         return {
             RequestsAdded: self.handle_requests_added,

@@ -5,10 +5,12 @@ finishes, the scheduler hands it here: it is scored at once (the task's verifier
 function of the prompt's metadata and the tokens, resolved from the scheduler's `scorer`
 option, never from the wire) and sent straight to the trainer rank with the fewest tokens so
 far (`Dispatcher`); a group's advantages follow when its last member finishes; a sample that
-ended in "error" is never sent and is counted. At the end `flush` makes sure every rank has
-handled everything sent to it (one `Ping` per rank over the same socket: a rank handles its
-messages in order), so the layout the driver then sends finds each shard complete; a rank that
-is gone raises `DispatchError` naming it. `summary` is all the driver gets back: rewards,
+ended in "error" is never sent and is counted. At the end `flush` sends every rank its
+`ShardEnd` at once (its request ids and the last groups' advantages, over the same socket as
+its samples: a rank handles its messages in order) and awaits the `ShardHeld` acks
+concurrently, so each rank holds its whole shard, checked, before the driver hears
+the rollout finished; a rank that is gone or whose shard does not match raises
+`DispatchError` naming it. `summary` is all the driver gets back: rewards,
 output lengths and the layout, no token arrays.
 
 The trainer package (and with it torch) is imported only when a rollout streams.
@@ -20,10 +22,7 @@ import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from transport.errors import TransportError
 from transport.messages import (
-    Ping,
-    Pong,
     RequestSpec,
     SampleData,
     SamplingSpec,
@@ -102,20 +101,8 @@ class SampleStream:
         await self.dispatcher.send(data, is_error=finish_reason == "error")
 
     async def flush(self, timeout_s: float) -> None:
-        """Return once every rank has handled every sample and advantage sent to it."""
-        from actors.trainer.dispatch import DispatchError
-
-        plan = self.dispatcher.plan
-        if plan.incomplete_groups:
-            raise DispatchError(f"incomplete groups at the end: {plan.incomplete_groups[:5]}")
-        mailbox = self.dispatcher.mailbox
-        for rank in range(plan.num_ranks):
-            try:
-                reply = await mailbox.call("trainer", rank, Ping(seq=rank), timeout_s)
-            except TransportError as exc:
-                raise DispatchError(f"trainer rank {rank} unreachable at the end: {exc}") from exc
-            if not isinstance(reply, Pong):
-                raise DispatchError(f"trainer rank {rank} answered {type(reply).__name__}")
+        """Return once every rank holds its whole shard (one `ShardEnd` per rank, at once)."""
+        await self.dispatcher.end(timeout_s)
 
     def summary(self) -> StreamSummary:
         plan = self.dispatcher.plan

@@ -12,7 +12,9 @@ Trainer ranks: with R "trainer" actors in the topology (or under torchrun, whose
 environment wins) each actor is one rank of a torch.distributed group (gloo on CPU, NCCL on
 GPU; rank = the actor's index). Samples then arrive from the data dispatcher
 (`SampleDispatched` and `GroupAdvantages`, one-way, buffered in a `ShardBuffer`); the
-`ShardLayout` call tells a rank which requests it holds and starts the data-parallel step
+`ShardEnd` call closes the rank's shard (answered with `ShardHeld` once it is complete);
+the `ShardLayout` call then
+starts the data-parallel step
 (`RankedGRPOTrainer.step_shard`); only rank 0 publishes weights. A rank whose shard does not
 match its layout fails the step on every rank (the ranks agree before training). Every rank
 loads a checkpoint; rank 0 saves them.
@@ -50,6 +52,8 @@ from transport.messages import (
     RepublishWeights,
     SampleDispatched,
     SaveCheckpoint,
+    ShardEnd,
+    ShardHeld,
     ShardLayout,
     TrainReport,
     TrainStep,
@@ -57,7 +61,43 @@ from transport.messages import (
 )
 
 
-class TrainerActor(Actor):
+class ShardReceiver:
+    """A rank's receiving side of the data dispatcher (the trainer's, and any stand-in's):
+    samples and advantages into its `ShardBuffer`, and the `ShardEnd` call that closes the
+    shard, answered with `ShardHeld` once it is complete."""
+
+    buffer: ShardBuffer
+
+    def receiving_handlers(self) -> dict[type[Message], Handler]:
+        return {
+            SampleDispatched: self.handle_sample_dispatched,
+            GroupAdvantages: self.handle_group_advantages,
+            ShardEnd: self.handle_shard_end,
+        }
+
+    async def handle_sample_dispatched(self, msg: SampleDispatched) -> None:
+        self.buffer.add_sample(msg.iteration, msg.sample)
+
+    async def handle_group_advantages(self, msg: GroupAdvantages) -> None:
+        self.buffer.add_advantages(msg)
+
+    async def handle_shard_end(self, msg: ShardEnd) -> ShardHeld:
+        """The end of this rank's shard: check it is complete and hold it (or fail the call)."""
+        try:
+            num_tokens = self.buffer.hold(msg)
+        except DispatchError:
+            self.buffer = ShardBuffer()
+            raise
+        return ShardHeld(
+            iteration=msg.iteration,
+            rank=msg.rank,
+            num_samples=len(msg.request_ids),
+            num_tokens=num_tokens,
+            held_at=time.monotonic(),
+        )
+
+
+class TrainerActor(ShardReceiver, Actor):
     role = "trainer"
     Options = TrainerOptions
 
@@ -71,8 +111,7 @@ class TrainerActor(Actor):
     def handlers(self) -> Mapping[type[Message], Handler]:
         return {
             TrainStep: self.handle_train_step,
-            SampleDispatched: self.handle_sample_dispatched,
-            GroupAdvantages: self.handle_group_advantages,
+            **self.receiving_handlers(),
             ShardLayout: self.handle_shard_layout,
             SaveCheckpoint: self.handle_save_checkpoint,
             LoadCheckpoint: self.handle_load_checkpoint,
@@ -148,12 +187,6 @@ class TrainerActor(Actor):
             loss=round(stats.get("loss", 0.0), 4),
         )
         return TrainReport(iteration=msg.iteration, version=trainer.version, stats=stats)
-
-    async def handle_sample_dispatched(self, msg: SampleDispatched) -> None:
-        self.buffer.add_sample(msg.iteration, msg.sample)
-
-    async def handle_group_advantages(self, msg: GroupAdvantages) -> None:
-        self.buffer.add_advantages(msg)
 
     async def handle_shard_layout(self, msg: ShardLayout) -> TrainReport:
         """Train this rank's shard with the other ranks; rank 0 then publishes."""

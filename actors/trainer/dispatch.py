@@ -32,7 +32,13 @@ import torch
 
 from actors.trainer.batch import TrainSample
 from actors.trainer.grpo import group_advantages
-from transport.messages import GroupAdvantages, SampleData, SamplingSpec, ShardLayout
+from transport.messages import (
+    GroupAdvantages,
+    SampleData,
+    SamplingSpec,
+    ShardEnd,
+    ShardLayout,
+)
 
 
 class DispatchError(RuntimeError):
@@ -214,12 +220,14 @@ class Shard:
 
 
 class ShardBuffer:
-    """The receiving side on one rank: samples and advantages of one iteration."""
+    """The receiving side on one rank: samples and advantages of one iteration. `hold`
+    checks the shard is complete when its end arrives; `take` builds it for training."""
 
     def __init__(self) -> None:
         self.samples: dict[str, SampleData] = {}
         self.advantages: dict[str, tuple[float, float]] = {}  # request id -> (adv, flat share)
         self.iteration: int | None = None
+        self.held: tuple[int, tuple[str, ...]] | None = None  # (iteration, request ids)
 
     def _check_iteration(self, iteration: int) -> None:
         if self.iteration is None:
@@ -239,21 +247,44 @@ class ShardBuffer:
         for rid, adv in zip(msg.request_ids, msg.advantages, strict=True):
             self.advantages[rid] = (adv, share)
 
+    def hold(self, end: ShardEnd) -> int:
+        """The end of this rank's shard arrived: add its advantages and check the shard is
+        exactly there (`DispatchError` otherwise); its number of loss tokens."""
+        self._check_iteration(end.iteration)
+        rows = zip(end.adv_request_ids, end.advantages, end.flat_share, strict=True)
+        for rid, adv, share in rows:
+            self.advantages[rid] = (adv, share)
+        self._check(end.iteration, end.rank, end.request_ids)
+        self.held = (end.iteration, end.request_ids)
+        return sum(int(self.samples[r].loss_mask.sum()) for r in end.request_ids)
+
     def take(self, layout: ShardLayout) -> Shard:
-        """This rank's shard in layout order; ``DispatchError`` if it is not exactly there."""
+        """This rank's shard in layout order; ``DispatchError`` if it is not exactly there
+        (or not the shard `hold` saw end)."""
+        if self.held is not None and self.held != (layout.iteration, layout.request_ids):
+            iteration, ids = self.held
+            raise DispatchError(
+                f"rank {layout.rank}: the layout of iteration {layout.iteration} "
+                f"({len(layout.request_ids)} requests) is not the shard held for "
+                f"iteration {iteration} ({len(ids)} requests)"
+            )
         if self.iteration not in (None, layout.iteration):
             raise DispatchError(f"holding iteration {self.iteration}, layout is {layout.iteration}")
-        missing = [r for r in layout.request_ids if r not in self.samples]
-        extra = sorted(set(self.samples) - set(layout.request_ids))
-        no_adv = [r for r in layout.request_ids if r not in self.advantages]
+        self._check(layout.iteration, layout.rank, layout.request_ids)
+        request_ids = layout.request_ids
+        samples = tuple(train_sample_of(self.samples[r]) for r in request_ids)
+        adv = tuple(self.advantages[r][0] for r in request_ids)
+        share = tuple(self.advantages[r][1] for r in request_ids)
+        self.samples, self.advantages, self.iteration, self.held = {}, {}, None, None
+        return Shard(samples, adv, share)
+
+    def _check(self, iteration: int, rank: int, request_ids: tuple[str, ...]) -> None:
+        missing = [r for r in request_ids if r not in self.samples]
+        extra = sorted(set(self.samples) - set(request_ids))
+        no_adv = [r for r in request_ids if r not in self.advantages]
         if missing or extra or no_adv:
             raise DispatchError(
-                f"rank {layout.rank}, iteration {layout.iteration}: {len(missing)} samples "
+                f"rank {rank}, iteration {iteration}: {len(missing)} samples "
                 f"missing {missing[:3]}, {len(extra)} unexpected {extra[:3]}, {len(no_adv)} "
                 f"without advantages {no_adv[:3]}"
             )
-        samples = tuple(train_sample_of(self.samples[r]) for r in layout.request_ids)
-        adv = tuple(self.advantages[r][0] for r in layout.request_ids)
-        share = tuple(self.advantages[r][1] for r in layout.request_ids)
-        self.samples, self.advantages, self.iteration = {}, {}, None
-        return Shard(samples, adv, share)

@@ -1,11 +1,16 @@
 """Dispatcher: the async shell of ``DispatchPlan``, on the side where samples finish.
 
 ``send(sample)`` assigns the sample to a rank and sends it there at once (one-way, bounded by
-``send_timeout_s``); when its group completes, the group's advantages follow to the ranks that
-hold its members. ``finish()`` calls every rank with its ``ShardLayout`` concurrently; the
-ranks train (data-parallel, gradients all-reduced) and answer with their ``TrainReport``
-(rank 0's carries the published version). A rank that is gone, a send that cannot complete,
-or a rank whose shard does not match its layout raises ``DispatchError`` naming the rank.
+``send_timeout_s``). When its group completes, the group's advantages are kept and go out
+with the next sample's send (during the rollout) or, for the last groups, inside the end
+message. ``end()`` sends every rank its ``ShardEnd`` (its request ids and those pending
+advantages) all at once and awaits the ranks' ``ShardHeld`` acks concurrently: after the
+rollout's last sample there is exactly one small message per rank and one round trip, in
+parallel over the ranks. ``finish()`` is ``end()`` and then every rank's ``ShardLayout``
+call (concurrently): the ranks train (data-parallel, gradients all-reduced) and answer with
+their ``TrainReport`` (rank 0's carries the published version). A rank that is gone, a send
+that cannot complete, or a rank whose shard does not match raises ``DispatchError`` naming
+the rank.
 """
 
 from __future__ import annotations
@@ -18,10 +23,13 @@ from actors.base import Mailbox
 from actors.trainer.dispatch import DispatchError, DispatchPlan, imbalance
 from transport.errors import TransportError
 from transport.messages import (
+    GroupAdvantages,
     Message,
     SampleData,
     SampleDispatched,
     SamplingSpec,
+    ShardEnd,
+    ShardHeld,
     ShardLayout,
     TrainReport,
 )
@@ -48,6 +56,7 @@ class Dispatcher:
         self.role = role
         self.send_timeout_s = send_timeout_s
         self.train_timeout_s = train_timeout_s
+        self.pending: list[tuple[GroupAdvantages, list[int]]] = []  # complete groups, unsent
 
     async def send(self, sample: SampleData, *, is_error: bool = False) -> int | None:
         """Dispatch one finished sample; its rank (None: dropped because it ended in error)."""
@@ -55,11 +64,14 @@ class Dispatcher:
         rank, advantages, ranks = self.plan.add(
             sample.request_id, sample.group_id, num_tokens, sample.reward, is_error
         )
+        pending, self.pending = self.pending, []
         if rank is not None:
             await self._send(rank, SampleDispatched(iteration=self.plan.iteration, sample=sample))
+        for message, to in pending:  # groups completed earlier: off the critical path now
+            for r in to:
+                await self._send(r, message)
         if advantages is not None:
-            for r in ranks:
-                await self._send(r, advantages)
+            self.pending.append((advantages, ranks))
         return rank
 
     async def _send(self, rank: int, msg: Message) -> None:
@@ -75,10 +87,40 @@ class Dispatcher:
     def imbalance(self) -> float:
         return imbalance(self.plan.loads)
 
-    async def finish(self) -> list[TrainReport]:
-        """Every rank learns its layout and trains; their reports in rank order."""
+    def ends(self) -> list[ShardEnd]:
+        """Every rank's end message: its request ids and the advantages still pending."""
+        rows: list[list[tuple[str, float, float]]] = [[] for _ in range(self.plan.num_ranks)]
+        for message, to in self.pending:
+            share = 1.0 / len(message.request_ids) if message.is_flat else 0.0
+            for r in to:
+                pairs = zip(message.request_ids, message.advantages, strict=True)
+                rows[r].extend((rid, adv, share) for rid, adv in pairs)
+        return [
+            ShardEnd(
+                iteration=self.plan.iteration,
+                rank=rank,
+                request_ids=tuple(self.plan.request_ids[rank]),
+                adv_request_ids=tuple(row[0] for row in rows[rank]),
+                advantages=tuple(row[1] for row in rows[rank]),
+                flat_share=tuple(row[2] for row in rows[rank]),
+            )
+            for rank in range(self.plan.num_ranks)
+        ]
+
+    async def end(self, timeout_s: float | None = None) -> list[ShardHeld]:
+        """Close the shards: one `ShardEnd` per rank, all sent at once, the acks awaited
+        concurrently; every rank's `ShardHeld`, in rank order."""
         if self.plan.incomplete_groups:
             raise DispatchError(f"incomplete groups at the end: {self.plan.incomplete_groups[:5]}")
+        ends = self.ends()
+        self.pending = []
+        timeout = self.send_timeout_s if timeout_s is None else timeout_s
+        return await end_shards(self.mailbox, ends, self.role, timeout)
+
+    async def finish(self) -> list[TrainReport]:
+        """Every rank holds its shard, then learns its layout and trains; their reports in
+        rank order."""
+        await self.end()
         layouts = [
             self.plan.layout(rank, self.expected_version, self.sampling)
             for rank in range(self.plan.num_ranks)
@@ -112,6 +154,34 @@ async def train_layouts(
         first = next((e for e in errors if isinstance(e, DispatchError)), errors[0])
         raise first from None
     return [r for r in reports if r is not None]
+
+
+async def end_shards(
+    mailbox: Mailbox, ends: Sequence[ShardEnd], role: str, timeout_s: float
+) -> list[ShardHeld]:
+    """Send every rank its `ShardEnd` at once and await the acks concurrently; in the order
+    of `ends`. A rank that is gone or whose shard does not match raises `DispatchError`."""
+    held: dict[int, ShardHeld] = {}
+
+    async def close(end: ShardEnd) -> None:
+        rank = end.rank
+        try:
+            reply = await mailbox.call(role, rank, end, timeout_s)
+        except TransportError as exc:
+            raise DispatchError(f"{role} rank {rank} unreachable at the end: {exc}") from exc
+        if not isinstance(reply, ShardHeld):
+            raise DispatchError(f"{role} rank {rank} answered {type(reply).__name__}")
+        held[rank] = reply
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for end in ends:
+                tg.start_soon(close, end)
+    except BaseExceptionGroup as group:
+        errors = _leaves(group)
+        first = next((e for e in errors if isinstance(e, DispatchError)), errors[0])
+        raise first from None
+    return [held[end.rank] for end in ends]
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:

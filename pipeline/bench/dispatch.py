@@ -9,57 +9,68 @@ times over a window (`WINDOW_S`), as a rollout's do.
 
 - **centralized** (today's path): each finished sample goes to the driver process; once it
   holds all of them it computes the advantages and sends the whole batch to rank 0, which
-  assigns whole groups by LPT and scatters every other rank's shard to it.
-- **direct** (Earl): each sample goes, the moment it finishes, to the rank the online
-  least-loaded assignment picks (`Dispatcher`); a group's advantages follow when it
-  completes; then every rank gets its layout.
+  assigns whole groups by LPT, scatters every other rank's shard to it and closes every
+  shard with the same `ShardEnd` call the direct path ends with.
+- **direct** (Earl, the code `seer run --dispatch direct` runs: `Dispatcher`, whose sends
+  and end the scheduler's `SampleStream` makes): each sample goes, the moment it finishes,
+  to the rank the online least-loaded assignment picks; a group's advantages follow with
+  the next sample; after the last sample every rank gets one `ShardEnd` (its request ids
+  and the last groups' advantages), all at once, and the acks are awaited concurrently.
 
-Latency is from the last sample finishing to the moment every rank holds its whole batch
-(each rank stamps the time it holds all its samples and its layout; one host, one
-monotonic clock). Both paths run in the same invocation, interleaved, median of repeats.
-Imbalance is max / mean tokens per rank of the direct assignment (the centralized LPT's is
-reported beside it). On one host the figures are bounded by memory bandwidth and the
-per-message cost of Python and the codec on 2 shared cores, not by a network: the
-centralized path moves every byte three times (to the driver, to rank 0, to its rank), the
-direct one once, mostly before the last sample finishes.
+The ranks are the real `TrainerActor` (actor runtime and receiving handlers; no
+torch.distributed, no model: nothing trains here). Latency is from the last sample
+finishing to the moment every rank holds its whole shard (each rank stamps it when it
+answers `ShardEnd`; one host, one monotonic clock). Turning the arrays into training
+samples happens after that on both paths, when the step starts (`shard_build_s`: that work
+per rank, measured alone in this process, for reference). `floor_s`: an empty `ShardEnd`
+to every rank at once, the per-message floor of this host. Both paths and the floor run in the same
+invocation, interleaved, median of repeats. Imbalance is max / mean tokens per rank of the
+direct assignment (the centralized LPT's is reported beside it). On one host the figures
+are bounded by process wake-ups on 2 shared cores, memory bandwidth and the per-message
+cost of Python and the codec, not by a network: the centralized path moves every byte
+three times (to the driver, to rank 0, to its rank), the direct one once, mostly before
+the last sample finishes.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing as mp
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 import numpy as np
+import structlog
 
-from actors.base import Mailbox
+from actors.base import ActorContext, Handler, Mailbox
+from actors.trainer.actor import TrainerActor
 from actors.trainer.dispatch import (
     ShardBuffer,
     group_advantage_message,
     imbalance,
     lpt_assign,
+    train_sample_of,
 )
-from actors.trainer.dispatcher import Dispatcher
+from actors.trainer.dispatcher import Dispatcher, end_shards
 from transport.messages import (
-    GroupAdvantages,
     Message,
     SampleData,
     SampleDispatched,
     SamplesBatch,
     SamplingSpec,
-    ShardLayout,
+    ShardEnd,
+    ShardHeld,
     Stop,
-    TrainReport,
     register_extension,
 )
-from transport.sockets import Incoming, ReplySocket, ZmqTransport
+from transport.sockets import Incoming, ZmqTransport
 
 WINDOW_S = 0.5  # samples finish over this window before the last one
 GROUP_SIZE = 8
@@ -89,75 +100,87 @@ def _address(folder: str) -> Callable[[str, int], str]:
     return lambda role, index: f"ipc://{folder}/{role}-{index}"
 
 
-# --- a trainer rank (child process): receive, hold, stamp ---------------------------------
+# --- a trainer rank (child process): the trainer actor's own receiving side ------------
+
+
+class _BenchRank(TrainerActor):
+    """The real `TrainerActor` (its actor runtime and its `SampleDispatched`,
+    `GroupAdvantages` and `ShardEnd` handlers) without torch.distributed and a model, which
+    the bench does not train; plus the centralized path's `SamplesBatch` (rank 0 given the
+    whole batch scatters the other ranks' parts, then closes every shard)."""
+
+    def __init__(self, ctx: ActorContext, ready: Any) -> None:
+        super().__init__(ctx)
+        self.ready = ready
+
+    def handlers(self) -> Mapping[type[Message], Handler]:
+        return {**super().handlers(), SamplesBatch: self.handle_samples_batch}
+
+    async def on_start(self) -> None:
+        self.ready.put(self.ctx.index)
+
+    async def on_stop(self) -> None:
+        pass
+
+    async def handle_shard_end(self, msg: ShardEnd) -> ShardHeld:
+        held = await super().handle_shard_end(msg)
+        self.buffer = ShardBuffer()  # nothing trains here: the next trial starts empty
+        return held
+
+    async def handle_samples_batch(self, msg: SamplesBatch) -> Message | None:
+        rank, num_ranks = self.ctx.index, self.num_peers("trainer")
+        if rank != 0:  # this rank's part, from rank 0
+            self._keep(msg, range(len(msg.samples)))
+            return None
+        owner = _central_owner(msg.samples, num_ranks)
+        parts = [[i for i, o in enumerate(owner) if o == r] for r in range(num_ranks)]
+        for r in range(1, num_ranks):
+            shard = SamplesBatch(
+                iteration=msg.iteration,
+                samples=tuple(msg.samples[i] for i in parts[r]),
+                advantages=tuple(msg.advantages[i] for i in parts[r]),
+                is_flat=tuple(msg.is_flat[i] for i in parts[r]),
+            )
+            await self.send_to("trainer", r, shard)
+        ends = [
+            ShardEnd(
+                iteration=msg.iteration,
+                rank=r,
+                request_ids=tuple(msg.samples[i].request_id for i in parts[r]),
+                adv_request_ids=(),
+                advantages=(),
+                flat_share=(),
+            )
+            for r in range(num_ranks)
+        ]
+        self._keep(msg, parts[0])
+        own = await self.handle_shard_end(ends[0])
+        others = await end_shards(self.mailbox, ends[1:], "trainer", 120.0)
+        loads = [sum(int(msg.samples[i].loss_mask.sum()) for i in part) for part in parts]
+        held = tuple(h.held_at for h in (own, *others))
+        return TrialTimes(held_at=held, imbalance=imbalance(loads))
+
+    def _keep(self, msg: SamplesBatch, rows: Iterable[int]) -> None:
+        for i in rows:
+            sample = msg.samples[i]
+            self.buffer.add_sample(msg.iteration, sample)
+            share = 1.0 / GROUP_SIZE if msg.is_flat[i] else 0.0
+            self.buffer.advantages[sample.request_id] = (msg.advantages[i], share)
 
 
 def _rank_main(folder: str, rank: int, num_ranks: int, ready: Any) -> None:
-    anyio.run(_rank_loop, folder, rank, num_ranks, ready)
-
-
-async def _rank_loop(folder: str, rank: int, num_ranks: int, ready: Any) -> None:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     transport = ZmqTransport()
     address = _address(folder)
-    inbox = transport.reply(address("trainer", rank), bind=True)
-    mailbox = Mailbox(transport, address)
-    buffer = ShardBuffer()
-    pending: list[tuple[Incoming, ShardLayout]] = []
-    ready.put(rank)
-    while True:
-        incoming = await inbox.recv()
-        msg = incoming.msg
-        if isinstance(msg, SampleDispatched):
-            buffer.add_sample(msg.iteration, msg.sample)
-        elif isinstance(msg, SamplesBatch):
-            await _hold_batch(msg, rank, num_ranks, buffer, mailbox)
-        elif isinstance(msg, ShardLayout):
-            pending.append((incoming, msg))
-        elif isinstance(msg, GroupAdvantages):
-            buffer.add_advantages(msg)
-        elif isinstance(msg, Stop):
-            break
-        pending = await _answer_held(inbox, buffer, pending)
-    transport.close()
-
-
-async def _hold_batch(
-    msg: SamplesBatch, rank: int, num_ranks: int, buffer: ShardBuffer, mailbox: Mailbox
-) -> None:
-    """Keep this rank's part; rank 0 given the whole batch scatters the other parts."""
-    owner = [0] * len(msg.samples)
-    if rank == 0:
-        owner = _central_owner(msg.samples, num_ranks)
-        for r in range(1, num_ranks):
-            part = [i for i, o in enumerate(owner) if o == r]
-            shard = SamplesBatch(
-                iteration=msg.iteration,
-                samples=tuple(msg.samples[i] for i in part),
-                advantages=tuple(msg.advantages[i] for i in part),
-                is_flat=tuple(msg.is_flat[i] for i in part),
-            )
-            await mailbox.send_to("trainer", r, shard)
-    for i, sample in enumerate(msg.samples):
-        if owner[i] == 0:
-            buffer.add_sample(msg.iteration, sample)
-            buffer.advantages[sample.request_id] = (msg.advantages[i], 0.0)
-
-
-async def _answer_held(
-    inbox: ReplySocket, buffer: ShardBuffer, pending: list[tuple[Incoming, ShardLayout]]
-) -> list[tuple[Incoming, ShardLayout]]:
-    waiting = []
-    for incoming, layout in pending:
-        ids = layout.request_ids
-        if all(r in buffer.samples and r in buffer.advantages for r in ids):
-            held_at = time.monotonic()
-            buffer.take(layout)
-            stats = {"held_at": held_at}
-            report = TrainReport(iteration=layout.iteration, version=0, stats=stats)
-            await inbox.reply(incoming, report)
-        else:
-            waiting.append((incoming, layout))
-    return waiting
+    ctx = ActorContext(
+        role="trainer",
+        index=rank,
+        address=address("trainer", rank),
+        address_of=address,
+        transport=transport,
+        peers={"trainer": num_ranks},
+    )
+    anyio.run(_BenchRank(ctx, ready).run)
 
 
 def _central_owner(samples: tuple[SampleData, ...], num_ranks: int) -> list[int]:
@@ -220,27 +243,9 @@ async def _central_step(
         advantages=tuple(advantages),
         is_flat=tuple(is_flat),
     )
-    await mailbox.send_to("trainer", 0, batch)
-    owner = _central_owner(batch.samples, trial.num_ranks)
-    loads = [0] * trial.num_ranks
-    for s, o in zip(samples, owner, strict=True):
-        loads[o] += int(s.loss_mask.sum())
-    held = [0.0] * trial.num_ranks
-
-    async def layout(rank: int) -> None:
-        ids = tuple(s.request_id for s, o in zip(samples, owner, strict=True) if o == rank)
-        msg = ShardLayout(
-            iteration=trial.iteration, rank=rank, expected_version=0, request_ids=ids,
-            num_samples=(), num_tokens=tuple(loads), num_dropped=0, sampling=SamplingSpec(),
-        )  # fmt: skip
-        reply = await mailbox.call("trainer", rank, msg, 120.0)
-        assert isinstance(reply, TrainReport)
-        held[rank] = reply.stats["held_at"]
-
-    async with anyio.create_task_group() as tg:
-        for rank in range(trial.num_ranks):
-            tg.start_soon(layout, rank)
-    return TrialTimes(held_at=tuple(held), imbalance=imbalance(loads))
+    times = await mailbox.call("trainer", 0, batch, 120.0)
+    assert isinstance(times, TrialTimes)
+    return times
 
 
 # --- the scheduler side (this process): samples finish, then go out ----------------------
@@ -295,8 +300,8 @@ async def _direct(
         mailbox, ranks, GROUP_SIZE, iteration=it, expected_version=0, sampling=SamplingSpec()
     )
     last = await _stream(samples, offsets, d.send)
-    reports = await d.finish()
-    return max(r.stats["held_at"] for r in reports) - last, d.imbalance
+    held = await d.end(120.0)
+    return max(h.held_at for h in held) - last, d.imbalance
 
 
 async def _central(
@@ -320,6 +325,20 @@ async def _central(
     return max(times.held_at) - last, times.imbalance
 
 
+async def _floor(mailbox: Mailbox, ranks: int, it: int) -> float:
+    """One empty `ShardEnd` to every rank at once (what the direct path sends after the last
+    sample, without any shard): until every rank has handled it. The per-message floor of
+    this host: process wake-ups and a ZeroMQ hop, with nothing to move."""
+    ends = [
+        ShardEnd(iteration=it, rank=r, request_ids=(), adv_request_ids=(), advantages=(),
+                 flat_share=())
+        for r in range(ranks)
+    ]  # fmt: skip
+    start = time.monotonic()
+    held = await end_shards(mailbox, ends, "trainer", 120.0)
+    return max(h.held_at for h in held) - start
+
+
 async def _measure(
     folder: str, ranks: int, contexts: tuple[int, ...], num_groups: int, repeats: int
 ) -> dict[str, dict[str, Any]]:
@@ -330,8 +349,10 @@ async def _measure(
     try:
         for ctx in contexts:
             samples, offsets = make_workload(ctx, num_groups, seed=ctx + ranks)
-            central, direct, imb, central_imb = [], [], 0.0, 0.0
+            central, direct, floor, imb, central_imb = [], [], [], 0.0, 0.0
             for _ in range(repeats):  # interleaved: both paths see the same machine state
+                it += 1
+                floor.append(await _floor(mailbox, ranks, it))
                 it += 1
                 latency, imb = await _direct(mailbox, ranks, it, samples, offsets)
                 direct.append(latency)
@@ -339,6 +360,10 @@ async def _measure(
                 latency, central_imb = await _central(mailbox, ranks, it, samples, offsets)
                 central.append(latency)
             c, d = statistics.median(central), statistics.median(direct)
+            start = time.perf_counter()  # turning arrays into training samples, per rank
+            for sample in samples:
+                train_sample_of(sample)
+            build_s = (time.perf_counter() - start) / ranks
             rows[str(ctx)] = {
                 "centralized_s": c,
                 "direct_s": d,
@@ -347,6 +372,9 @@ async def _measure(
                 "centralized_imbalance": central_imb,
                 "centralized_runs_s": central,
                 "direct_runs_s": direct,
+                "floor_s": statistics.median(floor),
+                "floor_runs_s": floor,
+                "shard_build_s": build_s,
                 "num_samples": float(len(samples)),
                 "batch_mib": sum(len(s.loss_mask) for s in samples) * BYTES_PER_TOKEN / 2**20,
             }
@@ -389,14 +417,15 @@ def run(json_path: str | None, quick: bool = False) -> dict[str, Any]:
         },
     }  # fmt: skip
     print(f"{'ranks':>5} {'ctx':>6} {'MiB':>6} {'centralized ms':>15} {'direct ms':>10} "
-          f"{'ratio':>7} {'imbalance':>9} {'(LPT)':>6}")  # fmt: skip
+          f"{'ratio':>7} {'floor ms':>9} {'imbalance':>9} {'(LPT)':>6}")  # fmt: skip
     for ranks in (2, 4):
         rows = measure_ranks(ranks, contexts, num_groups, repeats)
         result["ranks"][str(ranks)] = rows
         for ctx, row in rows.items():
             print(
                 f"{ranks:>5} {ctx:>6} {row['batch_mib']:>6.1f} {row['centralized_s'] * 1e3:>15.1f} "
-                f"{row['direct_s'] * 1e3:>10.2f} {row['ratio']:>6.1f}x {row['imbalance']:>9.3f} "
+                f"{row['direct_s'] * 1e3:>10.2f} {row['ratio']:>6.1f}x "
+                f"{row['floor_s'] * 1e3:>9.2f} {row['imbalance']:>9.3f} "
                 f"{row['centralized_imbalance']:>6.3f}"
             )
     if json_path:

@@ -4,8 +4,10 @@ counted; a rank's shard must match its layout exactly."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
+import anyio
 import numpy as np
 import pytest
 import torch
@@ -21,7 +23,16 @@ from actors.trainer.dispatch import (
     sample_data,
     train_sample_of,
 )
-from transport.messages import SamplingSpec
+from actors.trainer.dispatcher import Dispatcher
+from transport.messages import (
+    GroupAdvantages,
+    Message,
+    SampleDispatched,
+    SamplingSpec,
+    ShardEnd,
+    ShardHeld,
+    ShardLayout,
+)
 
 SAMPLING = SamplingSpec(temperature=0.8, top_k=5)
 
@@ -156,3 +167,86 @@ def test_sample_data_round_trip_keeps_arrays_typed() -> None:
     assert d.token_ids.dtype.name == "int32" and d.loss_mask.sum() == len(s.completion_ids)
     assert train_sample_of(d) == s
     assert torch.tensor(d.old_logprobs).shape == (len(s.prompt_ids) + len(s.completion_ids),)
+
+
+class RecordingRanks:
+    """The dispatcher's mailbox, delivering to each rank's `ShardBuffer` in-process and
+    recording what every rank got; a `ShardEnd` call waits until every rank has one in
+    flight (it times out if the dispatcher awaited them one after another)."""
+
+    def __init__(self, ranks: int) -> None:
+        self.buffers = [ShardBuffer() for _ in range(ranks)]
+        self.got: list[list[str]] = [[] for _ in range(ranks)]
+        self.in_flight = 0
+        self.all_in_flight = anyio.Event()
+
+    async def send_to(self, role: str, rank: int, msg: Message) -> None:
+        self.got[rank].append(type(msg).__name__)
+        if isinstance(msg, SampleDispatched):
+            self.buffers[rank].add_sample(msg.iteration, msg.sample)
+        elif isinstance(msg, GroupAdvantages):
+            self.buffers[rank].add_advantages(msg)
+
+    async def call(self, role: str, rank: int, msg: Message, timeout: float = 10.0) -> Message:
+        assert isinstance(msg, ShardEnd)
+        self.got[rank].append("ShardEnd")
+        self.in_flight += 1
+        if self.in_flight == len(self.buffers):
+            self.all_in_flight.set()
+        with anyio.fail_after(5):
+            await self.all_in_flight.wait()
+        num_tokens = self.buffers[rank].hold(msg)
+        return ShardHeld(
+            iteration=msg.iteration, rank=rank, num_samples=len(msg.request_ids),
+            num_tokens=num_tokens, held_at=0.0,
+        )  # fmt: skip
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("ranks", [2, 4])
+async def test_after_the_last_sample_each_rank_gets_one_end_message_at_once(ranks: int) -> None:
+    samples = make_samples(6, 4, seed=ranks)
+    mailbox = RecordingRanks(ranks)
+    dispatcher = Dispatcher(
+        mailbox,  # type: ignore[arg-type]
+        ranks, 4, iteration=0, expected_version=0, sampling=SAMPLING,
+    )  # fmt: skip
+    for s in samples:
+        await dispatcher.send(sample_data(s))
+    before = [len(g) for g in mailbox.got]
+    last_rank = dispatcher.plan.request_ids
+    held = await dispatcher.end(timeout_s=5)
+    for rank in range(ranks):  # one message per rank after the last sample: its end
+        assert mailbox.got[rank][before[rank] :] == ["ShardEnd"]
+    assert [h.num_samples for h in held] == [len(ids) for ids in last_rank]
+    assert [h.num_tokens for h in held] == dispatcher.plan.loads
+    # the held shards are what the layout path gives: every sample once, make_batch advantages
+    _, expected = dispatch(samples, ranks, 4)
+    for rank, buffer in enumerate(mailbox.buffers):
+        layout = dispatcher.plan.layout(rank, 0, SAMPLING)
+        assert buffer.take(layout) == expected[rank]
+
+
+def test_shard_end_must_match_what_arrived_and_the_layout_what_was_held() -> None:
+    s1, s2 = make_samples(1, 2, seed=3)
+    buffer = ShardBuffer()
+    buffer.add_sample(0, sample_data(s1))
+    ids = (s1.request_id, s2.request_id)
+
+    def end(request_ids: tuple[str, ...]) -> ShardEnd:
+        return ShardEnd(
+            iteration=0, rank=0, request_ids=request_ids, adv_request_ids=ids,
+            advantages=(1.0, -1.0), flat_share=(0.0, 0.0),
+        )  # fmt: skip
+
+    with pytest.raises(DispatchError, match="1 samples missing"):
+        buffer.hold(end(ids))  # s2 never arrived
+    assert buffer.hold(end((s1.request_id,))) == len(s1.completion_ids)
+    other = ShardLayout(
+        iteration=0, rank=0, expected_version=0, request_ids=ids, num_samples=(2,),
+        num_tokens=(0,), num_dropped=0, sampling=SAMPLING,
+    )  # fmt: skip
+    with pytest.raises(DispatchError, match="not the shard held"):
+        buffer.take(other)
+    shard = buffer.take(dataclasses.replace(other, request_ids=(s1.request_id,)))
+    assert shard.samples == (s1,) and shard.advantages == (1.0,)

@@ -10,12 +10,11 @@ import torch
 from actors.base import Actor, ActorContext, Handler
 from actors.generator.actor import GeneratorActor
 from actors.generator.engine import ChunkResult
+from actors.trainer.actor import ShardReceiver
 from actors.trainer.dispatch import ShardBuffer
 from transport.messages import (
     ChunkFinished,
-    GroupAdvantages,
     Message,
-    SampleDispatched,
     ShardLayout,
     TensorBlob,
     TrainReport,
@@ -82,10 +81,11 @@ class DuplicatingGenerator(GeneratorActor):
         await self.send_to("scheduler", 0, bogus)
 
 
-class ShardRank(Actor):
+class ShardRank(ShardReceiver, Actor):
     """A trainer rank without torch.distributed: collects what the dispatcher streams with
-    the real receiving side (`ShardBuffer`) and answers a `ShardLayout` with what it holds
-    (`ShardBuffer.take` raises on anything missing, extra or without advantages)."""
+    the trainer's own receiving side (`ShardReceiver`: `ShardBuffer`, the `ShardEnd` call)
+    and answers a `ShardLayout` with what it holds (`ShardBuffer.take` raises on anything
+    missing, extra or without advantages)."""
 
     role = "trainer"
 
@@ -94,17 +94,7 @@ class ShardRank(Actor):
         self.buffer = ShardBuffer()
 
     def handlers(self) -> Mapping[type[Message], Handler]:
-        return {
-            SampleDispatched: self.handle_sample_dispatched,
-            GroupAdvantages: self.handle_group_advantages,
-            ShardLayout: self.handle_shard_layout,
-        }
-
-    async def handle_sample_dispatched(self, msg: SampleDispatched) -> None:
-        self.buffer.add_sample(msg.iteration, msg.sample)
-
-    async def handle_group_advantages(self, msg: GroupAdvantages) -> None:
-        self.buffer.add_advantages(msg)
+        return {**self.receiving_handlers(), ShardLayout: self.handle_shard_layout}
 
     async def handle_shard_layout(self, msg: ShardLayout) -> TrainReport:
         shard = self.buffer.take(msg)

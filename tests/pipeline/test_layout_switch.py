@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from pipeline import layout_switch
+from pipeline.config import PipelineConfig
+from pipeline.rollout import Rollout
 from pipeline.run import train
 from pipeline.selector import Layout, LayoutProfile, ProfileRow
 from tests.pipeline.test_rl_loop import toy_config
@@ -33,3 +36,42 @@ async def test_layout_switch_keeps_the_version_and_trains_on_policy(tmp_path: Pa
     assert [r["num_layout_switches"] for r in out] == [1, 1, 1]
     assert [r["weight_version"] for r in out] == [1, 2, 3]  # continuous across the switch
     assert all(r["train_num_samples"] == 16 for r in out)  # every sample trained on-policy
+
+
+@pytest.mark.timeout(300)
+async def test_a_switch_restarts_only_the_generators(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real processes: the switch replaces the generator processes (2 x 1 -> 1 x 2); the
+    trainer, scheduler, splitter, estimator and draft store are the same processes after it,
+    the trainer pushes its weights to the new generator under the same version and the next
+    rollout trains on-policy."""
+    rows = [ProfileRow(Layout(1, 2), ctx, 8, 200.0) for ctx in (16, 64)] + [
+        ProfileRow(Layout(2, 1), ctx, 8, 100.0) for ctx in (16, 64)
+    ]
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(LayoutProfile(rows).to_json()))
+    pids: list[dict[tuple[str, int], int]] = []
+    restart = layout_switch.restart_generators
+
+    async def spy(rollout: Rollout, fresh: PipelineConfig) -> bool:
+        assert rollout.cluster is not None
+        pids.append({k: s.pid for k, s in rollout.cluster.status.items()})
+        done = await restart(rollout, fresh)
+        pids.append({k: s.pid for k, s in rollout.cluster.status.items()})
+        return done
+
+    monkeypatch.setattr(layout_switch, "restart_generators", spy)
+    cfg = toy_config(
+        tmp_path, iterations=2, layout_profile=str(profile), mode="local", eval_prompts=0
+    )
+    out = await train(cfg)
+    assert [r["layout"] for r in out] == ["2x1", "1x2"]
+    assert [r["weight_version"] for r in out] == [1, 2]
+    assert all(r["train_num_samples"] == 16 for r in out)
+    before, after = pids
+    stayed = {k: pid for k, pid in before.items() if k[0] != "generator"}
+    assert {"trainer", "scheduler", "splitter"} <= {role for role, _ in stayed}
+    assert {k: after[k] for k in stayed} == stayed  # the same processes
+    assert sorted(k for k in after if k[0] == "generator") == [("generator", 0)]
+    assert after[("generator", 0)] not in before.values()  # a new generator process
