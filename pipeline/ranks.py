@@ -35,7 +35,7 @@ from pipeline.launch import Cluster
 from pipeline.rollout import Rollout
 from pipeline.rollout.api import Group
 from pipeline.tasks import Task, TaskPrompt
-from pipeline.tasks.scoring import prompt_meta
+from pipeline.tasks.scoring import first_error_index, prompt_meta
 from transport.messages import (
     LoadCheckpoint,
     Message,
@@ -58,6 +58,7 @@ async def train_across_ranks(
     groups: Sequence[Group],
     sampling: SamplingSpec,
     silent_after_s: float = 10.0,
+    step_credit: bool = False,
 ) -> list[TrainReport]:
     """Dispatch one iteration's scored samples to the ranks and train; every rank's report.
     Raises `RankLost` when a rank dies or goes silent meanwhile."""
@@ -77,14 +78,18 @@ async def train_across_ranks(
     async def dispatch_and_train() -> list[TrainReport]:
         for prompt, group in zip(prompts, groups, strict=True):
             for s in group.samples:
+                reward = task.reward(prompt, s.token_ids)
                 sample = TrainSample(
                     prompt_ids=prompt.token_ids,
                     completion_ids=s.token_ids,
                     old_logprobs=s.logprobs,
-                    reward=task.reward(prompt, s.token_ids),
+                    reward=reward,
                     group_id=s.group_id,
                     weight_versions=s.weight_versions,
                     request_id=s.request_id,
+                    error_index=(
+                        first_error_index(task, prompt, s.token_ids, reward) if step_credit else -1
+                    ),
                 )
                 await dispatcher.send(sample_data(sample), is_error=s.finish_reason == "error")
         return await dispatcher.finish()
@@ -105,6 +110,7 @@ def stream_spec(
     num_ranks: int,
     group_size: int,
     expected_version: int,
+    step_credit: bool = False,
 ) -> StreamToRanks:
     """The announcement of a rollout streamed to the ranks (the rollout id is filled in by
     `Rollout.generate_with_record`)."""
@@ -116,6 +122,7 @@ def stream_spec(
         expected_version=expected_version,
         task=task.name,
         prompts=tuple(prompt_meta(pid, p) for pid, p in zip(prompt_ids, prompts, strict=True)),
+        step_credit=step_credit,
     )
 
 

@@ -20,6 +20,7 @@ from pipeline.rollout import Rollout
 from pipeline.rollout.api import Group, RolloutError, RolloutResult
 from pipeline.tasks import Task, TaskPrompt, get_task
 from pipeline.tasks.curriculum import Curriculum
+from pipeline.tasks.scoring import first_error_index
 from transport.messages import (
     PromptSpec,
     SamplingSpec,
@@ -62,6 +63,7 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 stream = stream_spec(
                     task, ids, prompts, iteration=it, num_ranks=cfg.trainer_ranks,
                     group_size=cfg.group_size, expected_version=rollout.weight_version,
+                    step_credit=cfg.step_credit,
                 )  # fmt: skip
             start = time.perf_counter()
             result = await rollout.generate_with_record(
@@ -96,6 +98,7 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 reports = await train_across_ranks(
                     rollout, cfg.trainer_ranks, cfg.group_size, iteration=it, task=task,
                     prompts=prompts, groups=result.groups, sampling=sampling(cfg, it, task),
+                    step_credit=cfg.step_credit,
                 )  # fmt: skip
                 report = reports[0]
             else:
@@ -256,14 +259,10 @@ def score(
 ) -> tuple[tuple[TrainSampleSpec, ...], list[float]]:
     """Every sample with its verifier reward, in the trainer's format."""
     samples, rewards = [], []
-    first_error = getattr(task, "first_error", None) if credit else None  # step credit
     for prompt, group in zip(prompts, groups, strict=True):
         for s in group.samples:
             reward = task.reward(prompt, s.token_ids)
             rewards.append(reward)
-            wrong = None
-            if first_error is not None and reward < 1.0:
-                wrong = first_error(prompt, s.token_ids)
             samples.append(
                 TrainSampleSpec(
                     prompt_ids=prompt.token_ids,
@@ -272,7 +271,9 @@ def score(
                     reward=reward,
                     group_id=s.group_id,
                     weight_versions=s.weight_versions,
-                    error_index=-1 if wrong is None else wrong,
+                    error_index=(
+                        first_error_index(task, prompt, s.token_ids, reward) if credit else -1
+                    ),
                 )
             )
     return tuple(samples), rewards

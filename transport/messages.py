@@ -453,6 +453,7 @@ class StreamToRanks(Message):
     expected_version: int
     task: str
     prompts: tuple[PromptMeta, ...]
+    step_credit: bool = False  # locate each failed sample's first wrong token (the scorer's)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -698,6 +699,7 @@ class SampleData(Struct):
     loss_mask: Array
     reward: float
     weight_versions: tuple[int, ...]
+    error_index: int = -1  # step credit: the completion's first wrong token (-1: none)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -35,7 +35,9 @@ if TYPE_CHECKING:
     from actors.trainer.dispatcher import Dispatcher
 
 Reward = Callable[[str, Mapping[str, Any], Sequence[int], Sequence[int]], float]
-"""(prompt id, prompt metadata, prompt token ids, completion token ids) -> reward."""
+"""(prompt id, prompt metadata, prompt token ids, completion token ids) -> reward. A scorer
+that can also locate a failed sample's first wrong token has a method `error_index(same
+arguments, reward) -> int` (-1: none); a rollout announced with `step_credit` uses it."""
 
 
 class StreamError(ValueError):
@@ -95,9 +97,13 @@ class SampleStream:
             raise StreamError(f"no metadata for prompt {spec.prompt_id!r} of {spec.request_id}")
         meta = self.meta[spec.prompt_id]
         reward = float(self.reward(spec.prompt_id, meta, spec.prompt_ids, token_ids))
+        error_index = -1
+        locate = getattr(self.reward, "error_index", None)  # step credit, if the scorer can
+        if self.msg.step_credit and locate is not None:
+            error_index = int(locate(spec.prompt_id, meta, spec.prompt_ids, token_ids, reward))
         self.rewards[spec.request_id] = reward
         self.output_lens[spec.request_id] = len(token_ids)
-        data = sample_data(spec, token_ids, logprobs, weight_versions, reward)
+        data = sample_data(spec, token_ids, logprobs, weight_versions, reward, error_index)
         await self.dispatcher.send(data, is_error=finish_reason == "error")
 
     async def flush(self, timeout_s: float) -> None:
@@ -121,6 +127,7 @@ def sample_data(
     logprobs: Sequence[float],
     weight_versions: tuple[int, ...],
     reward: float,
+    error_index: int = -1,
 ) -> SampleData:
     """A finished request as the arrays a trainer rank consumes (prompt + completion)."""
     from actors.trainer.dispatch import request_arrays  # torch: only when a rollout streams
@@ -133,4 +140,5 @@ def sample_data(
         logprobs,
         reward=reward,
         weight_versions=weight_versions,
+        error_index=error_index,
     )

@@ -161,6 +161,7 @@ def sample_data(sample: TrainSample) -> SampleData:
         sample.old_logprobs,
         reward=sample.reward,
         weight_versions=sample.weight_versions,
+        error_index=sample.error_index,
     )
 
 
@@ -173,6 +174,7 @@ def request_arrays(
     *,
     reward: float,
     weight_versions: tuple[int, ...],
+    error_index: int = -1,
 ) -> SampleData:
     """One finished request as the arrays a trainer rank consumes: prompt + completion
     tokens, the completion's old logprobs and loss mask (zero over the prompt)."""
@@ -191,6 +193,7 @@ def request_arrays(
         loss_mask=mask,
         reward=reward,
         weight_versions=weight_versions,
+        error_index=error_index,
     )
 
 
@@ -206,6 +209,7 @@ def train_sample_of(data: SampleData) -> TrainSample:
         group_id=data.group_id,
         weight_versions=data.weight_versions,
         request_id=data.request_id,
+        error_index=data.error_index,
     )
 
 

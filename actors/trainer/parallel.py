@@ -73,7 +73,10 @@ class RankedGRPOTrainer(GRPOTrainer):
         if advantages is None:
             rows, num_skipped = self._rows_to_train(samples) if samples else (_empty(), 0)
         else:
-            batch, rows, num_skipped = self._given_advantages(batch, advantages, flat_share)
+            located = [s.error_index >= 0 for s in samples]
+            batch, rows, num_skipped = self._given_advantages(
+                batch, advantages, flat_share, located
+            )
         totals = torch.zeros(6, dtype=torch.float64)
         totals[0], totals[3], totals[5] = len(samples), len(rows), num_skipped
         if batch is not None:
@@ -111,19 +114,27 @@ class RankedGRPOTrainer(GRPOTrainer):
         batch: TrainBatch | None,
         advantages: Sequence[float],
         flat_share: Sequence[float] | None,
+        located: Sequence[bool],
     ) -> tuple[TrainBatch | None, Tensor, float]:
+        """The batch with the advantages computed where each group completed, and the rows
+        to train: flat groups' members are skipped unless step credit located their mistake
+        (then, as in `make_batch`, that token's advantage is the group's if negative, else
+        -1); the skipped count adds up their flat shares."""
         share = list(flat_share) if flat_share is not None else [0.0] * len(advantages)
         num = 0 if batch is None else len(batch.rewards)
         if len(advantages) != num or len(share) != num:
             raise ValueError(f"{len(advantages)} advantages, {len(share)} flat shares, {num} rows")
         if batch is not None:
             adv = torch.tensor(list(advantages), dtype=torch.float32)
+            adv[torch.tensor(list(located), dtype=torch.bool) & (adv >= 0)] = -1.0
             batch = TrainBatch(
                 batch.input_ids, batch.targets, batch.mask, batch.old_logprobs, adv, batch.rewards
             )
         skip = self.kl_coef == 0
-        keep = [i for i, s in enumerate(share) if not (skip and s > 0)]
-        return batch, torch.tensor(keep, dtype=torch.long), sum(share) if skip else 0.0
+        keep = [i for i, s in enumerate(share) if not (skip and s > 0 and not located[i])]
+        kept = set(keep)
+        skipped = sum(s for i, s in enumerate(share) if i not in kept) if skip else 0.0
+        return batch, torch.tensor(keep, dtype=torch.long), skipped
 
     def agree(self, is_ok: bool) -> bool:
         """Whether every rank is ok (a collective: every rank must call it)."""

@@ -1,9 +1,11 @@
 """A task's verifier where samples finish: the scheduler's `scorer` for direct dispatch.
 
 `task_reward(name)` is the factory the RL topology names in the scheduler's options
-(`pipeline.tasks.scoring:task_reward`): it returns `(prompt id, metadata, prompt ids,
-completion) -> reward`, the registered task's `reward` on a `TaskPrompt` rebuilt from what
-travelled (`PromptMeta`). A task registered only in the driver's process is unknown there;
+(`pipeline.tasks.scoring:task_reward`): it returns a `TaskScorer`, called as `(prompt id,
+metadata, prompt ids, completion) -> reward` (the registered task's `reward` on a
+`TaskPrompt` rebuilt from what travelled, `PromptMeta`), whose `error_index` locates a failed
+sample's first wrong token for step credit (`first_error_index`, shared with the driver).
+A task registered only in the driver's process is unknown there;
 `prompt_meta` refuses metadata the wire cannot carry, with a typed error.
 """
 
@@ -14,25 +16,58 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.tasks.base import TaskPrompt, get_task
+from pipeline.tasks.base import Task, TaskPrompt, get_task
 from transport.messages import PromptMeta
 
 Reward = Callable[[str, Mapping[str, Any], Sequence[int], Sequence[int]], float]
 
 
-def task_reward(name: str) -> Reward:
-    task = get_task(name)
+def first_error_index(
+    task: Task, prompt: TaskPrompt, completion: Sequence[int], reward: float
+) -> int:
+    """Step credit's input: the first wrong token of a failed sample as the task's verifier
+    locates it (`Task.first_error`, optional), else -1 (a right answer, a task that cannot
+    tell, or a mistake no single token made)."""
+    first_error = getattr(task, "first_error", None)
+    if first_error is None or reward >= 1.0:
+        return -1
+    index = first_error(prompt, completion)
+    return -1 if index is None else int(index)
 
-    def reward(
+
+class TaskScorer:
+    """A registered task's verifier on what travelled with a streamed sample."""
+
+    def __init__(self, name: str) -> None:
+        self.task = get_task(name)
+
+    def __call__(
+        self,
         prompt_id: str,
         meta: Mapping[str, Any],
         prompt_ids: Sequence[int],
         completion: Sequence[int],
     ) -> float:
-        prompt = TaskPrompt(prompt_id=prompt_id, token_ids=tuple(prompt_ids), meta=meta)
-        return float(task.reward(prompt, completion))
+        return float(self.task.reward(self._prompt(prompt_id, meta, prompt_ids), completion))
 
-    return reward
+    def error_index(
+        self,
+        prompt_id: str,
+        meta: Mapping[str, Any],
+        prompt_ids: Sequence[int],
+        completion: Sequence[int],
+        reward: float,
+    ) -> int:
+        prompt = self._prompt(prompt_id, meta, prompt_ids)
+        return first_error_index(self.task, prompt, completion, reward)
+
+    @staticmethod
+    def _prompt(prompt_id: str, meta: Mapping[str, Any], prompt_ids: Sequence[int]) -> TaskPrompt:
+        return TaskPrompt(prompt_id=prompt_id, token_ids=tuple(prompt_ids), meta=meta)
+
+
+def task_reward(name: str) -> Reward:
+    return TaskScorer(name)
 
 
 def prompt_meta(prompt_id: str, prompt: TaskPrompt) -> PromptMeta:

@@ -63,3 +63,24 @@ def test_a_finished_request_becomes_prompt_plus_completion_arrays() -> None:
     assert data.loss_mask.tolist() == [0, 0, 0, 1, 1]
     assert data.old_logprobs.tolist() == [0.0, 0.0, 0.0, -0.5, -1.5]
     assert (data.prompt_len, data.reward, data.weight_versions) == (3, 0.25, (2, 2))
+
+
+def test_the_scorer_locates_a_failed_samples_mistake_for_step_credit() -> None:
+    """Step credit on the direct path: the scheduler's scorer finds the same first wrong
+    token as the driver would, and the arrays carry it to the rank (-1 for a right answer)."""
+    task = get_task("countdown")
+    prompt = task.sample_prompts(1, np.random.default_rng(2))[0]
+    sent = prompt_meta("p0", prompt)
+    scorer = load_scorer(SCORER, "countdown")
+    walk = task.sft_example(prompt, np.random.default_rng(3))
+    wrong = [walk[0] + 1, *walk[1:]]  # the first step goes up: token 0 is the mistake
+    spec = RequestSpec(
+        request_id="p0.0", group_id="p0", prompt_id="p0", index=0, is_probe=False,
+        prompt_ids=prompt.token_ids, sampling=SamplingSpec(),
+    )  # fmt: skip
+    for completion, index in ((walk, -1), (wrong, 0)):
+        reward = scorer(sent.prompt_id, sent.meta, prompt.token_ids, completion)
+        got = scorer.error_index(sent.prompt_id, sent.meta, prompt.token_ids, completion, reward)
+        assert got == index
+        data = sample_data(spec, completion, [0.0] * len(completion), (0,), reward, got)
+        assert data.error_index == index

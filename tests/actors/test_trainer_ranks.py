@@ -3,16 +3,18 @@ environment, take the same GRPO step as one rank on all the samples."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
 
-from actors.trainer import OffPolicyError
+from actors.trainer import OffPolicyError, compute_advantages
 from actors.trainer.core import SamplingTransform
 from actors.trainer.ranks import RankEnv, RankError
 from tests.actors import ranks_worker as w
@@ -110,6 +112,33 @@ def test_one_rank_shard_step_equals_core_step() -> None:
     for name, tensor in a.model.state_dict().items():
         torch.testing.assert_close(b.model.state_dict()[name], tensor)
     assert b.version == 1
+
+
+def test_step_credit_with_advantages_given_equals_core_step() -> None:
+    """Direct dispatch hands a rank the advantages computed where each group completed; with
+    step credit (located mistakes, one in a flat all-failed group) the rank trains exactly as
+    `GRPOTrainer` does on the same samples: same rows kept, same loss, same weights."""
+    located = []
+    for s in w.samples():
+        wrong = s.reward < 1.0 and len(s.completion_ids) > 1
+        located.append(dataclasses.replace(s, error_index=1 if wrong else -1))
+    flat = [dataclasses.replace(s, reward=0.0) for s in located if s.group_id == "g1"]
+    located = [s for s in located if s.group_id != "g1"] + [
+        dataclasses.replace(s, error_index=min(1, len(s.completion_ids) - 1)) for s in flat
+    ]
+    assert any(s.error_index >= 0 for s in located)
+    sizes = Counter(s.group_id for s in located)
+    rewards = {g: {s.reward for s in located if s.group_id == g} for g in sizes}
+    given = compute_advantages(located).tolist()  # what the dispatcher sends per group
+    share = [1 / sizes[s.group_id] if len(rewards[s.group_id]) == 1 else 0.0 for s in located]
+    a, b = w.trainer(), w.trainer()
+    sa = a.step(located, expected_version=0)
+    sb = b.step_shard(located, expected_version=0, advantages=given, flat_share=share)
+    assert sa["num_tokens"] == sb["num_tokens"]
+    assert sa["num_skipped_groups"] == sb["num_skipped_groups"] == 1  # g0 (all right) only
+    assert sa["loss"] == pytest.approx(sb["loss"], rel=1e-6)
+    for name, tensor in a.model.state_dict().items():
+        torch.testing.assert_close(b.model.state_dict()[name], tensor)
 
 
 def test_off_policy_shard_refused_before_anything_changes() -> None:
