@@ -10,11 +10,11 @@ The HTTP client is aiohttp's (as SGLang's own clients use), one session and keep
 pool per server. httpx was measured first: its connection pool rescans every connection
 for each request it queues or releases (and probes each idle socket), so with the 32
 chunks a generator keeps in flight it spent about 5 ms of CPU per chunk in the generator
-process (and its two-write requests cost the server about 2 ms more per chunk), against
-under 1 ms with aiohttp: CPU the servers' engines need on a small machine. Idle pooled
-connections are closed after `KEEPALIVE_S`, before the server's own keep-alive timeout
-(uvicorn's and so SGLang's: 5 s), so a request never goes out on a connection the server
-is closing.
+process, against under 1 ms with aiohttp (and the server's share per chunk fell from
+about 4 to 2 ms, a cause not pinned down): CPU the servers' engines need on a small
+machine. Idle pooled connections are closed after `KEEPALIVE_S`, before the server's own
+keep-alive timeout (uvicorn's and so SGLang's: 5 s), so a request never goes out on a
+connection the server is closing.
 
 `event_hooks` observe every exchange (tests, tools): `{"request": [f], "response": [g]}`,
 awaited as `f(SentRequest)` before a request is sent and `g(ReceivedResponse)` once its
