@@ -81,7 +81,7 @@ def schema_hook() -> Any:
         return None
 
     async def hook(request: Any) -> None:
-        if request.url.path == "/generate":
+        if request.path == "/generate":
             validate_generate_request(json.loads(request.content))
 
     return hook

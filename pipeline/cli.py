@@ -212,6 +212,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             port=args.port,
             max_batch=args.max_batch,
             kv_budget_tokens=args.kv_budget_tokens,
+            max_prefill_tokens=args.max_prefill_tokens,
             num_threads=threads.pop() if threads else 1,
             eos_token_id=args.eos_token_id,
             step_delay_s=args.step_delay_ms / 1000,
@@ -384,6 +385,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="requests decoding at once",
     )
     srv.add_argument("--kv-budget-tokens", type=int, default=65536)
+    srv.add_argument(
+        "--max-prefill-tokens", type=int, default=1024, help="prefill tokens per engine step"
+    )
     srv.add_argument("--num-threads", type=int, help="torch threads (default 1)")
     srv.add_argument(
         "--tp-size",

@@ -4,10 +4,14 @@ The same workload, model, seeds and scheduler run under the four policies twice 
 run: with the built-in engine in the generator processes ("torch") and with backend
 "sglang", each generator launching a `seer serve` server (the built-in engine behind
 SGLang's HTTP API) and driving it over HTTP. Both topologies are up together and the
-rollouts interleave (torch then sglang for each policy, each repeat), so machine drift
-hits both. The JSON holds `{"backend": {"torch": {...}, "sglang": {...}}}`, each shaped as
+rollouts interleave (for each repeat and policy one rollout of each backend, torch first
+in even repeats and sglang first in odd ones), so machine drift and order hit both. The
+JSON holds `{"backend": {"torch": {...}, "sglang": {...}}}`, each shaped as
 `seer bench rollout`'s (`policies`, `ratios`, `costs`), plus `sglang_over_torch`, the
-throughput ratio per policy: the cost of the HTTP path. `per_chunk` adds its absolute
+throughput ratio of the medians per policy: the cost of the HTTP path. `paired` adds,
+per policy, the ratio of each repeat's two rollouts (run back to back, so a load change
+between repeats cancels) with their median, min and max, and each backend's spread of
+makespans (max / min - 1). `per_chunk` adds its absolute
 cost: the median time of one short chunk (8 greedy tokens after a 16-token prompt) through
 the SGLang backend and a `seer serve` process, next to the same chunk in an engine in this
 process, measured one at a time on idle engines before the rollouts.
@@ -25,12 +29,14 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
+from actors.generator.options import GeneratorOptions
 from pipeline.bench.rollout import POLICIES, bench_generator, measure_costs, summarize
 from pipeline.rollout.api import Rollout, rollout_config
 from pipeline.rollout.workload import Workload, describe, make_workload
 from transport.messages import PromptSpec, RolloutRecord, SamplingSpec
 
 BACKENDS = ("torch", "sglang")
+DEFAULT_PREFILL = GeneratorOptions().max_prefill_tokens  # the in-process engine's
 
 
 def serve_command(gen: dict[str, Any]) -> list[str]:
@@ -39,6 +45,7 @@ def serve_command(gen: dict[str, Any]) -> list[str]:
         "{python}", "-m", "pipeline.cli", "serve", "--model", "{model}",
         "--host", "{host}", "--port", "{port}", "--max-batch", str(gen["max_batch"]),
         "--kv-budget-tokens", str(gen["kv_budget_tokens"]),
+        "--max-prefill-tokens", str(gen.get("max_prefill_tokens", DEFAULT_PREFILL)),
         "--num-threads", str(gen.get("num_threads", 1)),
     ]  # fmt: skip
 
@@ -85,8 +92,10 @@ async def run_backends(
         for rollout in rollouts.values():
             await rollout.generate([p.token_ids for p in prompts[:2]], 2, warm)
         for r in range(repeats):
+            order = BACKENDS if r % 2 == 0 else BACKENDS[::-1]
             for name in policies:
-                for backend, rollout in rollouts.items():
+                for backend in order:
+                    rollout = rollouts[backend]
                     with console.status(f"rollout {r + 1}/{repeats}: {backend} / {name}"):
                         result = await rollout.generate_with_record(
                             prompts, workload.group_size, sampling, policy=name
@@ -131,6 +140,30 @@ async def per_chunk_cost(gen: dict[str, Any], num: int = 30) -> dict[str, float]
     return {"in_process_s": a, "over_http_s": b, "http_overhead_s": b - a}
 
 
+def paired(records: dict[str, dict[str, list[RolloutRecord]]]) -> dict[str, dict[str, Any]]:
+    """Per policy: sglang/torch throughput of each repeat's pair (the same tokens, so the
+    ratio of makespans inverted), their median, min and max; each backend's makespan
+    spread (max / min - 1)."""
+    import statistics
+
+    out: dict[str, dict[str, Any]] = {}
+    for name, torch_runs in records["torch"].items():
+        sglang_runs = records["sglang"][name]
+        ratios = [t.makespan_s / s.makespan_s for t, s in zip(torch_runs, sglang_runs, strict=True)]
+        spread = {
+            b: max(r.makespan_s for r in runs) / min(r.makespan_s for r in runs) - 1
+            for b, runs in (("torch", torch_runs), ("sglang", sglang_runs))
+        }
+        out[name] = {
+            "ratios": ratios,
+            "median": statistics.median(ratios),
+            "min": min(ratios),
+            "max": max(ratios),
+            "makespan_spread": spread,
+        }
+    return out
+
+
 def _table(out: dict[str, Any]) -> Table:
     table = Table(title="seer bench rollout --backend sglang (2 generators each; medians)")
     for c in (
@@ -138,17 +171,22 @@ def _table(out: dict[str, Any]) -> Table:
         "torch tok/s",
         "sglang tok/s",
         "sglang/torch",
+        "paired (min-max)",
+        "spread torch / sglang",
         "torch tail s",
         "sglang tail s",
     ):
         table.add_column(c, justify="right")
     t, s = out["backend"]["torch"]["policies"], out["backend"]["sglang"]["policies"]
     for name in t:
+        pair = out["paired"][name]
         table.add_row(
             name,
             f"{t[name]['throughput_tok_s']:.0f}",
             f"{s[name]['throughput_tok_s']:.0f}",
             f"{out['sglang_over_torch'][name]:.2f}x",
+            f"{pair['median']:.2f}x ({pair['min']:.2f}-{pair['max']:.2f})",
+            f"{pair['makespan_spread']['torch']:.0%} / {pair['makespan_spread']['sglang']:.0%}",
             f"{t[name]['tail_s']:.2f}",
             f"{s[name]['tail_s']:.2f}",
         )
@@ -194,6 +232,7 @@ def run(
             / backends["torch"]["policies"][p]["throughput_tok_s"]
             for p in backends["torch"]["policies"]
         },
+        "paired": paired(records),
         "per_chunk": chunk,
         "workload": shape,
         "generator": gen,

@@ -27,6 +27,7 @@ then lands under live requests and their ``weight_versions`` spans show it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import queue
 import threading
@@ -67,6 +68,9 @@ class ServerLoad:
     num_generated_tokens: int  # since start-up
     num_input_tokens: int  # of every request added, and how many of them hit the cache
     num_input_cache_hits: int
+    # the engine's totals (`EngineCounters`: steps, prefill, preemptions, parked hits and
+    # evictions), which `/server_info` reports per rank as SGLang its scheduler's state
+    counters: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 class ServerBusyError(RuntimeError):
@@ -222,6 +226,7 @@ class EngineBridge:
             num_generated_tokens=self.engine.counters().num_generated_tokens,
             num_input_tokens=self._num_input_tokens,
             num_input_cache_hits=self._num_input_cache_hits,
+            counters=dataclasses.asdict(self.engine.counters()),
         )
 
     async def wait_unpaused(self, timeout_s: float) -> bool:

@@ -167,6 +167,7 @@ class ControlRoutes:
                         "dp_rank": 0,
                         "num_running_reqs": load.num_running,
                         "num_waiting_reqs": load.num_waiting,
+                        **load.counters,
                     }
                 ],
                 "version": API_VERSION,

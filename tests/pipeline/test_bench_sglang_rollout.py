@@ -32,5 +32,7 @@ def test_both_backends_run_every_policy_in_one_run(
         assert set(policies) == set(POLICIES)
         for p in policies.values():
             assert p["output_tokens"] == total and p["throughput_tok_s"] > 0 and p["tail_s"] >= 0
-    assert set(saved["sglang_over_torch"]) == set(POLICIES)
+    assert set(saved["sglang_over_torch"]) == set(POLICIES) == set(saved["paired"])
+    for pair in saved["paired"].values():  # one repeat: one pair
+        assert len(pair["ratios"]) == 1 and pair["min"] == pair["median"] == pair["max"] > 0
     assert saved["per_chunk"]["over_http_s"] > 0 and saved["per_chunk"]["in_process_s"] > 0

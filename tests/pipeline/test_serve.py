@@ -110,9 +110,20 @@ def test_next_chunk_resumes_on_the_cached_prefix(client: CheckedClient, model_pa
     first = client.generate(greedy_body([257, 5, 6], 4, "c:0:0#")).json()
     assert first["meta_info"]["finish_reason"] == {"type": "length", "length": 4}
     resume = [257, 5, 6, *first["output_ids"]]
+    before = engine_state(client)
     second = client.generate(greedy_body(resume, 6, "c:0:1#")).json()
     assert second["meta_info"]["cached_tokens"] == len(resume) - 1  # only the last is new
     assert first["output_ids"] + second["output_ids"] == whole
+    # /server_info shows the engine's side: the parked KV was taken, nothing prefilled
+    after = engine_state(client)
+    assert after["num_parked_hits"] == before["num_parked_hits"] + 1
+    assert after["num_prefill_tokens"] == before["num_prefill_tokens"]
+    assert after["num_generated_tokens"] == before["num_generated_tokens"] + 6
+
+
+def engine_state(client: CheckedClient) -> dict[str, int]:
+    """The engine's counters, as `/server_info` reports them (`internal_states`)."""
+    return dict(client.http.get("/server_info").json()["internal_states"][0])
 
 
 def test_stream_sends_cumulative_frames_then_done(client: CheckedClient, model_path: Path) -> None:

@@ -20,6 +20,7 @@ import pytest
 
 from actors.generator import ChunkRequest, GeneratorOptions, SamplingParams
 from actors.generator.errors import ServerLostError
+from actors.generator.sglang.client import SentRequest
 from actors.generator.sglang.engine import SGLangEngine
 from actors.generator.sglang.options import SGLangOptions
 from actors.model import ModelOptions
@@ -96,8 +97,8 @@ def test_the_health_watch_does_not_count_its_own_pause_as_a_lost_server(
     pause: the watch (probing every 50 ms) must not declare the server lost."""
     hold_s = 2.0
 
-    async def hold_the_update(request: httpx.Request) -> None:
-        if request.url.path == "/update_weights_from_disk":
+    async def hold_the_update(request: SentRequest) -> None:
+        if request.path == "/update_weights_from_disk":
             await anyio.sleep(hold_s)  # the server stays paused meanwhile
 
     opts = SGLangOptions(urls=(quick.url,), health_interval_s=0.05, health_timeout_s=5.0)

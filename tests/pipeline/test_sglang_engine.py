@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 
 from actors.generator import ChunkRequest, GeneratorOptions, SamplingParams
+from actors.generator.sglang.client import ReceivedResponse, SentRequest
 from actors.generator.sglang.engine import SGLangEngine
 from actors.generator.sglang.options import SGLangOptions
 from actors.model import LlamaModel, ModelOptions
@@ -44,14 +44,14 @@ def judged(url: str, model: Path) -> tuple[SGLangEngine, dict[str, int]]:
     gen = GeneratorOptions(backend="sglang", sglang=opts, eos_token_id=EOS, model=model_opts)
     judged = {"requests": 0, "responses": 0}
 
-    async def on_request(request: httpx.Request) -> None:
-        if request.url.path == "/generate":
+    async def on_request(request: SentRequest) -> None:
+        if request.path == "/generate":
+            assert request.content is not None
             validate_generate_request(json.loads(request.content))
             judged["requests"] += 1
 
-    async def on_response(response: httpx.Response) -> None:
-        if response.request.url.path == "/generate" and response.status_code == 200:
-            await response.aread()
+    async def on_response(response: ReceivedResponse) -> None:
+        if response.request.path == "/generate" and response.status_code == 200:
             validate_generate_response(response.json())
             judged["responses"] += 1
 

@@ -18,6 +18,7 @@ import pytest
 
 from actors.generator import ChunkRequest, GeneratorOptions, SamplingParams
 from actors.generator.errors import ServerLostError
+from actors.generator.sglang.client import USER_AGENT
 from actors.generator.sglang.engine import SGLangEngine
 from actors.generator.sglang.options import SGLangOptions
 from actors.generator.sglang.router import (
@@ -141,9 +142,9 @@ def test_rollouts_through_the_router_equal_direct_ones_and_run_where_placed(
         for policy in POLICIES:
             assert routed[policy][0] == direct[policy][0], policy  # the same greedy samples
         assert direct[POLICIES[0]][0] == greedy_reference(model_path, GREEDY)
-        # straight to the servers, httpx's requests; through the router, not one of them
-        assert all(r["user_agent"].startswith("python-httpx") for s in direct_rids for r in s)
-        assert not any(r["user_agent"].startswith("python-httpx") for s in routed_rids for r in s)
+        # straight to the servers, the backend's requests; through the router, not one of them
+        assert all(r["user_agent"] == USER_AGENT for s in direct_rids for r in s)
+        assert not any(r["user_agent"] == USER_AGENT for s in routed_rids for r in s)
         # every chunk ran on the server of the generator the scheduler gave it to
         for i, asked in enumerate(routed_rids):
             placed = Counter(

@@ -63,7 +63,7 @@ class SGLangEngine:
         *,
         event_hooks: Mapping[str, list[Callable[..., Any]]] | None = None,
     ) -> None:
-        """`event_hooks`: httpx's, to observe every request and response (tests, tools)."""
+        """`event_hooks`: observe every request and response (`client.py`; tests, tools)."""
         self.options = options
         self.event_hooks = event_hooks
         self.opts = options.sglang

@@ -182,11 +182,14 @@ def _tokens(meta: Mapping[str, Any], body: Mapping[str, Any]) -> tuple[list[int]
     _expect(isinstance(entries, list), "output_token_logprobs is not a list")
     tokens: list[int] = []
     logprobs: list[float] = []
-    for entry in entries:
-        _expect(isinstance(entry, list) and len(entry) == 3, f"logprob entry {entry!r}")
+    for entry in entries:  # the messages are formatted only for a bad entry (hot loop)
+        if not (isinstance(entry, list) and len(entry) == 3):
+            _expect(False, f"logprob entry {entry!r}")
         lp, tok = entry[0], entry[1]
-        _expect(isinstance(tok, int) and not isinstance(tok, bool), f"token id {tok!r}")
-        _expect(lp is None or isinstance(lp, int | float), f"logprob {lp!r}")
+        if type(tok) is not int:  # bool is not a token id either
+            _expect(isinstance(tok, int) and not isinstance(tok, bool), f"token id {tok!r}")
+        if lp is not None and not isinstance(lp, int | float):
+            _expect(False, f"logprob {lp!r}")
         tokens.append(tok)
         logprobs.append(float(lp) if lp is not None else math.nan)
     if ids is not None:
