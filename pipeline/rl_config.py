@@ -43,7 +43,10 @@ class RunConfig:
     cache_dir: str = "runs/cache"
     lr: float = 1e-3
     kl_coef: float = 0.0
-    step_credit: bool = False  # a failed answer's verified prefix is not blamed (Task.first_error)
+    # a failed sample whose first wrong token the task locates (Task.first_error) trains on
+    # that token alone (actors/trainer/batch.py); held-out 0.719 -> 0.79 in 40 iterations
+    # where plain GRPO reached 0.74 (README, quick start)
+    step_credit: bool = True
     micro_batch_size: int = 32
     mini_batch_size: int = 128  # optimiser steps per iteration = samples / mini_batch_size
     epochs: int = 1
@@ -51,7 +54,7 @@ class RunConfig:
     out_dir: str = "runs/rl"
     resume: str = ""
     checkpoint_every: int = 5
-    eval_prompts: int = 64  # held-out prompts scored before training and every eval_every
+    eval_prompts: int = 256  # held-out prompts scored before training and every eval_every
     eval_samples: int = 4
     eval_every: int = 20
     mode: Literal["local", "inprocess", "ray"] = "local"
