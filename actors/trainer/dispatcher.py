@@ -16,6 +16,7 @@ the rank.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 import anyio
 
@@ -33,6 +34,8 @@ from transport.messages import (
     ShardLayout,
     TrainReport,
 )
+
+R = TypeVar("R", TrainReport, ShardHeld)
 
 
 class Dispatcher:
@@ -131,29 +134,9 @@ class Dispatcher:
 async def train_layouts(
     mailbox: Mailbox, layouts: Sequence[ShardLayout], role: str, timeout_s: float
 ) -> list[TrainReport]:
-    """Call every rank with its layout at once (they train together); reports in rank
-    order; the first failure as a `DispatchError` naming its rank."""
-    reports: list[TrainReport | None] = [None] * len(layouts)
-
-    async def train(layout: ShardLayout) -> None:
-        rank = layout.rank
-        try:
-            reply = await mailbox.call(role, rank, layout, timeout_s)
-        except TransportError as exc:
-            raise DispatchError(f"{role} rank {rank} failed the step: {exc}") from exc
-        if not isinstance(reply, TrainReport):
-            raise DispatchError(f"{role} rank {rank} answered {type(reply).__name__}")
-        reports[rank] = reply
-
-    try:
-        async with anyio.create_task_group() as tg:
-            for layout in layouts:
-                tg.start_soon(train, layout)
-    except BaseExceptionGroup as group:  # the first failure cancelled the other calls
-        errors = _leaves(group)
-        first = next((e for e in errors if isinstance(e, DispatchError)), errors[0])
-        raise first from None
-    return [r for r in reports if r is not None]
+    """Call every rank with its layout at once (they train together); reports in the order
+    of `layouts`; the first failure as a `DispatchError` naming its rank."""
+    return await _call_ranks(mailbox, role, layouts, TrainReport, "failed the step", timeout_s)
 
 
 async def end_shards(
@@ -161,27 +144,40 @@ async def end_shards(
 ) -> list[ShardHeld]:
     """Send every rank its `ShardEnd` at once and await the acks concurrently; in the order
     of `ends`. A rank that is gone or whose shard does not match raises `DispatchError`."""
-    held: dict[int, ShardHeld] = {}
+    return await _call_ranks(mailbox, role, ends, ShardHeld, "unreachable at the end", timeout_s)
 
-    async def close(end: ShardEnd) -> None:
-        rank = end.rank
+
+async def _call_ranks(
+    mailbox: Mailbox,
+    role: str,
+    messages: Sequence[ShardLayout] | Sequence[ShardEnd],
+    reply_type: type[R],
+    failed: str,
+    timeout_s: float,
+) -> list[R]:
+    """One call per rank (`message.rank`), all in flight at once; the replies in the order of
+    `messages`. The first failure cancels the others and is raised as a `DispatchError`."""
+    replies: dict[int, R] = {}
+
+    async def call(message: ShardLayout | ShardEnd) -> None:
+        rank = message.rank
         try:
-            reply = await mailbox.call(role, rank, end, timeout_s)
+            reply = await mailbox.call(role, rank, message, timeout_s)
         except TransportError as exc:
-            raise DispatchError(f"{role} rank {rank} unreachable at the end: {exc}") from exc
-        if not isinstance(reply, ShardHeld):
+            raise DispatchError(f"{role} rank {rank} {failed}: {exc}") from exc
+        if not isinstance(reply, reply_type):
             raise DispatchError(f"{role} rank {rank} answered {type(reply).__name__}")
-        held[rank] = reply
+        replies[rank] = reply
 
     try:
         async with anyio.create_task_group() as tg:
-            for end in ends:
-                tg.start_soon(close, end)
-    except BaseExceptionGroup as group:
+            for message in messages:
+                tg.start_soon(call, message)
+    except BaseExceptionGroup as group:  # the first failure cancelled the other calls
         errors = _leaves(group)
         first = next((e for e in errors if isinstance(e, DispatchError)), errors[0])
         raise first from None
-    return [held[end.rank] for end in ends]
+    return [replies[m.rank] for m in messages]
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
