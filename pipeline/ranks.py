@@ -28,14 +28,14 @@ from typing import TypeVar
 
 import anyio
 
-from actors.trainer.batch import TrainSample
 from actors.trainer.dispatch import DispatchError, RankLost, sample_data
 from actors.trainer.dispatcher import Dispatcher, train_layouts
+from actors.trainer.wire import train_sample
 from pipeline.launch import Cluster
 from pipeline.rollout import Rollout
 from pipeline.rollout.api import Group
 from pipeline.tasks import Task, TaskPrompt
-from pipeline.tasks.scoring import first_error_index, prompt_meta
+from pipeline.tasks.scoring import prompt_meta
 from transport.messages import (
     LoadCheckpoint,
     Message,
@@ -44,6 +44,7 @@ from transport.messages import (
     StreamSummary,
     StreamToRanks,
     TrainReport,
+    TrainSampleSpec,
 )
 
 
@@ -53,15 +54,14 @@ async def train_across_ranks(
     group_size: int,
     *,
     iteration: int,
-    task: Task,
-    prompts: Sequence[TaskPrompt],
+    scored: Sequence[TrainSampleSpec],
     groups: Sequence[Group],
     sampling: SamplingSpec,
     silent_after_s: float = 10.0,
-    step_credit: bool = False,
 ) -> list[TrainReport]:
-    """Dispatch one iteration's scored samples to the ranks and train; every rank's report.
-    Raises `RankLost` when a rank dies or goes silent meanwhile."""
+    """Dispatch one iteration's scored samples (the driver's `score`, in its order: every
+    sample of `groups`, errors included, which the dispatcher drops) to the ranks and train;
+    every rank's report. Raises `RankLost` when a rank dies or goes silent meanwhile."""
     cluster = rollout.cluster
     if cluster is None:
         raise RuntimeError("use `async with Rollout(...)` first")
@@ -76,22 +76,10 @@ async def train_across_ranks(
     )
 
     async def dispatch_and_train() -> list[TrainReport]:
-        for prompt, group in zip(prompts, groups, strict=True):
-            for s in group.samples:
-                reward = task.reward(prompt, s.token_ids)
-                sample = TrainSample(
-                    prompt_ids=prompt.token_ids,
-                    completion_ids=s.token_ids,
-                    old_logprobs=s.logprobs,
-                    reward=reward,
-                    group_id=s.group_id,
-                    weight_versions=s.weight_versions,
-                    request_id=s.request_id,
-                    error_index=(
-                        first_error_index(task, prompt, s.token_ids, reward) if step_credit else -1
-                    ),
-                )
-                await dispatcher.send(sample_data(sample), is_error=s.finish_reason == "error")
+        finished = [s for g in groups for s in g.samples]
+        for spec, s in zip(scored, finished, strict=True):
+            sample = train_sample(spec, request_id=s.request_id)
+            await dispatcher.send(sample_data(sample), is_error=s.finish_reason == "error")
         return await dispatcher.finish()
 
     reports = await watch_ranks(cluster, num_ranks, dispatch_and_train, silent_after_s)

@@ -96,9 +96,8 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 report = reports[0]
             elif cfg.trainer_ranks > 1:  # the driver sends each sample to its rank
                 reports = await train_across_ranks(
-                    rollout, cfg.trainer_ranks, cfg.group_size, iteration=it, task=task,
-                    prompts=prompts, groups=result.groups, sampling=sampling(cfg, it, task),
-                    step_credit=cfg.step_credit,
+                    rollout, cfg.trainer_ranks, cfg.group_size, iteration=it, scored=scored,
+                    groups=result.groups, sampling=sampling(cfg, it, task),
                 )  # fmt: skip
                 report = reports[0]
             else:

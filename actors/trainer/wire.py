@@ -6,7 +6,7 @@ from actors.trainer.batch import TrainSample
 from transport.messages import TrainSampleSpec
 
 
-def train_sample(spec: TrainSampleSpec) -> TrainSample:
+def train_sample(spec: TrainSampleSpec, request_id: str = "") -> TrainSample:
     return TrainSample(
         prompt_ids=spec.prompt_ids,
         completion_ids=spec.completion_ids,
@@ -15,4 +15,5 @@ def train_sample(spec: TrainSampleSpec) -> TrainSample:
         group_id=spec.group_id,
         weight_versions=spec.weight_versions,
         error_index=spec.error_index,
+        request_id=request_id,
     )
