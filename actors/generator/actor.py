@@ -87,7 +87,7 @@ class GeneratorActor(Actor):
         self.spec: Speculator | None = None  # set when the engine verifies drafts
         self.sync: DraftSync | None = None
         self.step_log = StepLog.from_env(ctx.index)  # SEER_STEP_LOG: validation only
-        self._step_span = (0.0, 0.0)
+        self._step_span = (0.0, 0.0, 0.0)
         self._idle_s = 0.0  # waited for work since the last step (for the step log)
 
     def handlers(self) -> Mapping[type[Message], Handler]:
@@ -215,9 +215,9 @@ class GeneratorActor(Actor):
 
     def _timed(self, call: Callable[..., StepResult], *args: object) -> StepResult:
         """An engine call in the worker thread; its span kept for the step log."""
-        start = time.time()
+        start, cpu = time.time(), time.thread_time()
         result = call(*args)
-        self._step_span = (start, time.time())
+        self._step_span = (start, time.time(), time.thread_time() - cpu)
         return result
 
     async def _admit(self, engine: Engine) -> None:

@@ -137,6 +137,7 @@ class StepResult:
     num_draft_tokens: int = 0
     num_decode_context_tokens: int = 0  # cached tokens the decoding rows attended over
     num_prefill_requests: int = 0  # requests the prefill tokens belong to
+    num_decode_max_context: int = 0  # the longest decoding row's cached tokens
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,8 @@ COLUMNS = (
     "num_finished",
     "num_prefill_requests",
     "idle_s",  # the loop waited for work (none queued) since the previous step
+    "cpu_s",  # CPU time of the worker thread inside the engine call (time.thread_time)
+    "num_decode_max_context",  # the longest decoding row's cached tokens
 )
 
 
@@ -54,7 +56,13 @@ class StepLog:
         return cls(Path(folder), instance)
 
     def add(
-        self, loop_s: float, start_s: float, end_s: float, result: StepResult, idle_s: float
+        self,
+        loop_s: float,
+        start_s: float,
+        end_s: float,
+        cpu_s: float,
+        result: StepResult,
+        idle_s: float,
     ) -> None:
         self.rows.append(
             (
@@ -68,6 +76,8 @@ class StepLog:
                 len(result.finished),
                 result.num_prefill_requests,
                 idle_s,
+                cpu_s,
+                result.num_decode_max_context,
             )
         )
 
@@ -84,7 +94,8 @@ def read_step_logs(folder: Path) -> dict[str, dict[int, list[dict[str, float]]]]
     for path in sorted(folder.glob("steps-gen*.jsonl")):
         for line in path.read_text().splitlines():
             entry = json.loads(line)
-            steps = [dict(zip(COLUMNS, row, strict=True)) for row in entry["steps"]]
+            # a log from before a column was added lacks the last ones
+            steps = [dict(zip(COLUMNS, row, strict=False)) for row in entry["steps"]]
             per = out.setdefault(entry["rollout_id"], {})
             per.setdefault(int(entry["instance"]), []).extend(steps)
     return out

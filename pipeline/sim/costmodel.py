@@ -7,9 +7,12 @@ Table format (``seer profile`` writes it; ``data/costmodel_h200*.json`` ship wit
         {"shape": str, "kind": "prefill", "B": 1, "tokens": int, "ms": float}, ...]}
 
 A decode row is one engine step of ``B`` requests, each verifying ``g`` draft tokens, each
-with ``ctx`` cached tokens. ``decode_s(B, ctx, g)`` interpolates linearly in log2(B), in ctx
-and in g, and extrapolates from the last two grid points beyond the grid (linearly in B past the
-largest measured batch: the H200 grid stops at B * ctx = 2M, and a larger batch of long
+with ``ctx`` cached tokens (``info["context"]``: ``"mean"``, the default, the rows' mean
+context; ``"max"``, the longest row's, for an engine whose attention pads every row to the
+longest: ``batch_context`` picks the one to price a batch with).
+``decode_s(B, ctx, g)`` interpolates linearly in log2(B), in ctx and in g, and
+extrapolates from the last two grid points beyond the grid (linearly in B past the largest
+measured batch: the H200 grid stops at B * ctx = 2M, and a larger batch of long
 contexts reads proportionally more KV). ``prefill_s(tokens)`` interpolates linearly in
 tokens and, when the table measured steps prefilling several requests at once (prefill
 rows with ``B`` > 1: per-request work is not free on a CPU), linearly in log2(requests)
@@ -70,8 +73,16 @@ def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
     return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
+CONTEXTS = ("mean", "max")
+
+
 class CostModel:
-    def __init__(self, rows: Sequence[dict[str, Any]], shape: str) -> None:
+    def __init__(
+        self, rows: Sequence[dict[str, Any]], shape: str, *, context: str = "mean"
+    ) -> None:
+        if context not in CONTEXTS:
+            raise CostModelError(f"context must be one of {CONTEXTS}, got {context!r}")
+        self.context = context
         decode = [r for r in rows if r.get("shape") == shape and r.get("kind") == "decode"]
         if not decode:
             shapes = sorted({str(r.get("shape")) for r in rows})
@@ -115,8 +126,22 @@ class CostModel:
         self._cached = lru_cache(maxsize=1 << 16)(self._decode_ms)
 
     @classmethod
+    def from_table(cls, data: dict[str, Any], shape: str) -> CostModel:
+        """A loaded table; its ``info["context"]`` says what a decode row's ctx is."""
+        info = data.get("info") or {}
+        return cls(data["rows"], shape, context=str(info.get("context", "mean")))
+
+    @classmethod
     def from_file(cls, path: str | Path, shape: str) -> CostModel:
-        return cls(load_table(path)["rows"], shape)
+        return cls.from_table(load_table(path), shape)
+
+    def batch_context(self, contexts: Sequence[float]) -> float:
+        """The ``ctx`` to price a decode batch with: its rows' mean context (the H200
+        tables: paged attention reads each row's own KV) or its longest (``"max"``: the
+        built-in engine pads attention to the longest row)."""
+        if not contexts:
+            return 0.0
+        return max(contexts) if self.context == "max" else sum(contexts) / len(contexts)
 
     @classmethod
     def builtin(cls, name: str) -> CostModel:

@@ -244,10 +244,11 @@ class SimInstance:
             steps = max(1, min(by_kv, by_chunk, 1 if self.one_step else self.max_steps))
         self.one_step = False
         batch = len(self.running)
-        mean_ctx = sum(c.ctx for c in self.running) / batch + steps * growth / batch / 2
+        # the stretch's middle: each row grows by its rate a step
+        ctx = self.cost.batch_context([c.ctx for c in self.running]) + steps * growth / batch / 2
         self.seg_start = now
         self.seg_prefill = self.cost.prefill_s(prefill_tokens, prefill_segments)
-        self._seg_engine = (self.seg_prefill, self.cost.decode_s(batch, mean_ctx, drafts / batch))
+        self._seg_engine = (self.seg_prefill, self.cost.decode_s(batch, ctx, drafts / batch))
         self.seg_prefill += self._reports_due
         self._reports_due = 0.0
         step = self._seg_engine[1] + self.step_overhead_s

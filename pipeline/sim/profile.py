@@ -2,8 +2,10 @@
 
 Writes the simulator's table format (``pipeline.sim.costmodel``), shape ``builtin-cpu``:
 - decode rows: whole engine steps (``TorchEngine.step``: forward, token choice and the
-  engine's bookkeeping) with B requests decoding at about ``ctx`` tokens of context each
-  and nothing prefilling, median over the steps of a short run. For g > 0 the g = 0 step is
+  engine's bookkeeping) with B requests decoding, the longest at about ``ctx`` tokens of
+  context and the others spread down to half of it (``staggered``; the table's
+  ``info["context"] = "max"``: the engine pads attention to the longest row), and nothing
+  prefilling, median over the steps of a short run. For g > 0 the g = 0 step is
   scaled by the bare forward's T(B, g) / T(B, 0) (``StepProfile``), since driving real
   drafts through the engine needs a draft source.
 - prefill rows: engine steps that only prefill ``B`` requests (1 and 8) of ``tokens`` new
@@ -52,7 +54,7 @@ from pipeline.config import build_options
 __all__ = ["SHAPE", "cache_key", "cached_table", "profile_engine", "run", "twin_running"]
 
 SHAPE = "builtin-cpu"
-FORMAT = 3  # bump when the measurement method changes (cached tables then re-measure)
+FORMAT = 4  # bump when the measurement method changes (cached tables then re-measure)
 
 
 def _engine(gen: dict[str, Any]) -> TorchEngine:
@@ -62,12 +64,24 @@ def _engine(gen: dict[str, Any]) -> TorchEngine:
     return build_torch_engine(opts)
 
 
+def staggered(batch: int, ctx: int) -> list[int]:
+    """The cached contexts of a profiled decode batch: the longest ``ctx``, the others spread
+    evenly down to half of it. Live rows are at different points of their sequences, and
+    the engine's attention pads every row to the longest (and masks the rest), so a step's
+    cost follows the batch's longest context, not its mean (format 3 measured equal
+    contexts: no mask, no padding; live decode steps then cost 1.1-1.4x the table)."""
+    if batch == 1:
+        return [ctx]
+    return [ctx - (ctx // 2) * i // (batch - 1) for i in range(batch)]
+
+
 def _decode_ms(engine: TorchEngine, batch: int, ctx: int, steps: int) -> float:
     greedy = SamplingParams(temperature=1.0, ignore_eos=True, seed=1)
-    prompt = tuple((7 * i) % 250 for i in range(ctx))
+    contexts = staggered(batch, ctx)
     # enough tokens that every request is still decoding once the last prefill is done
-    budget = steps + -(-batch * ctx // engine.config.max_prefill_tokens) + 2
-    for i in range(batch):
+    budget = steps + -(-sum(contexts) // engine.config.max_prefill_tokens) + 2
+    for i, n in enumerate(contexts):
+        prompt = tuple((7 * j + i) % 250 for j in range(n))
         engine.add(ChunkRequest(f"d{batch}-{ctx}-{i}", prompt, budget, params=greedy))
     times = []
     while engine.has_work():
@@ -247,6 +261,7 @@ def _profile(
     spread = [(max(v) - min(v)) / statistics.median(v) for v in decode.values() if min(v) > 0]
     info = {
         "device": "cpu (this machine)",
+        "context": "max",  # a decode row's ctx is its batch's longest context (``staggered``)
         "generator": gen,
         "seconds": time.perf_counter() - start,
         "passes": passes,

@@ -270,7 +270,7 @@ class _Run:
             c.rate = table.expected_tokens(table.refs[cls[0]], g) if g else 1.0
         drafts = sum(c.draft for c in inst.running)
         if drafts:
-            ctx = sum(c.ctx for c in inst.running) / batch
+            ctx = self.cost.batch_context([c.ctx for c in inst.running])
             gained = sum(c.rate - 1.0 for c in inst.running)
             with_drafts = (batch + gained) / self.cost.decode_s(batch, ctx, drafts / batch)
             if with_drafts <= batch / self.cost.decode_s(batch, ctx, 0):

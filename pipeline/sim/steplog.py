@@ -63,6 +63,8 @@ def _predict(step: Step, cost: CostModel) -> float:
     guess = cost.prefill_s(int(step["num_prefill_tokens"]), int(step["num_prefill_requests"]))
     if rows:
         ctx = step["num_decode_context_tokens"] / rows
+        if cost.context == "max" and step.get("num_decode_max_context"):
+            ctx = step["num_decode_max_context"]
         guess += cost.decode_s(rows, ctx, step["num_draft_tokens"] / rows)
     return guess
 

@@ -108,6 +108,8 @@ def teacher_forced_error(
         guess = cost.prefill_s(result.num_prefill_tokens, result.num_prefill_requests)
         if rows:
             ctx = result.num_decode_context_tokens / rows
+            if cost.context == "max":
+                ctx = result.num_decode_max_context
             guess += cost.decode_s(rows, ctx, result.num_draft_tokens / rows)
         if not rows and not result.num_prefill_tokens:
             continue
@@ -257,9 +259,9 @@ def run(
         table = str(path)
         console.print(f"cost table {table} ({'from the cache' if was_cached else 'measured now'})")
         alone, _ = sim_profile.cached_table(gen, size != "full", refresh=reprofile, twin=False)
-        solo = CostModel(load_table(alone)["rows"], sim_profile.SHAPE)
+        solo = CostModel.from_table(load_table(alone), sim_profile.SHAPE)
     table_data = load_table(table)
-    cost = CostModel(table_data["rows"], sim_profile.SHAPE)
+    cost = CostModel.from_table(table_data, sim_profile.SHAPE)
     twin = table_data.get("info", {}).get("twin")
     with sim_profile.twin_running(gen, twin) if twin else contextlib.nullcontext():
         # in the conditions the table was measured in (a twin generator stepping alongside)

@@ -13,7 +13,7 @@ from actors.generator import (
     error_result,
 )
 from actors.generator.builtin import EngineConfig, StepProfile
-from tests.actors.engine_util import drive, greedy_request, make_engine
+from tests.actors.engine_util import GREEDY, drive, greedy_request, make_engine
 
 
 def test_torch_engine_implements_the_engine_protocol() -> None:
@@ -102,3 +102,16 @@ def test_engine_config_is_validated() -> None:
         EngineConfig(kv_budget_tokens=0)
     with pytest.raises(ValueError, match="num_threads"):
         EngineConfig(num_threads=0)
+
+
+def test_a_step_reports_its_decoding_rows_total_and_longest_context() -> None:
+    """What the simulator's step log prices a step by: the built-in engine pads attention
+    to the longest decoding row, so the step reports it beside the rows' total."""
+    engine = make_engine()
+    for rid, n in (("short", 5), ("long", 12)):
+        engine.add(ChunkRequest(rid, tuple(range(1, n + 1)), 4, params=GREEDY))
+    engine.step()  # prefills both (their first token comes from the prefill)
+    result = engine.step()
+    assert result.num_decode_rows == 2
+    assert result.num_decode_max_context == 12  # cached: the prompt (its new token is fed)
+    assert result.num_decode_context_tokens == 5 + 12

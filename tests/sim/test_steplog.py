@@ -3,6 +3,7 @@ takes from them (overheads outside engine steps, teacher-forced step time)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ ROWS = [
     for b, c, ms in ((1, 32, 2.0), (4, 32, 4.0), (1, 1056, 3.0), (4, 1056, 6.0))
 ] + [{"shape": "s", "kind": "prefill", "B": 1, "tokens": 100, "ms": 10.0}]
 COST = CostModel(ROWS, "s")
+MAX_COST = CostModel(ROWS, "s", context="max")  # a row's ctx: the batch's longest context
 
 
 def step(
@@ -27,18 +29,20 @@ def step(
     prefill: int = 0,
     ended: int = 0,
     idle: float = 0.0,
+    max_ctx: int | None = None,
 ) -> dict[str, float]:
-    values = (t - 0.0001, t, t + dur, rows, rows * ctx, prefill, 0, ended, 1, idle)
+    longest = ctx if max_ctx is None else max_ctx
+    values = (t - 0.0001, t, t + dur, rows, rows * ctx, prefill, 0, ended, 1, idle, dur, longest)
     return dict(zip(COLUMNS, values, strict=True))
 
 
 def test_step_log_round_trips_per_rollout_and_instance(tmp_path: Path) -> None:
     log = StepLog(tmp_path, 1)
-    result = StepResult((), (), 3, 16, 0, 90, 2)
-    log.add(1.0, 1.1, 1.2, result, 0.0)
-    log.add(1.3, 1.3, 1.5, result, 0.0)
+    result = StepResult((), (), 3, 16, 0, 90, 2, 40)
+    log.add(1.0, 1.1, 1.2, 0.09, result, 0.0)
+    log.add(1.3, 1.3, 1.5, 0.2, result, 0.0)
     log.flush("r1")
-    log.add(2.0, 2.0, 2.5, result, 0.25)
+    log.add(2.0, 2.0, 2.5, 0.5, result, 0.25)
     log.flush("r2")
     logs = read_step_logs(tmp_path)
     assert sorted(logs) == ["r1", "r2"] and list(logs["r1"]) == [1]
@@ -49,6 +53,17 @@ def test_step_log_round_trips_per_rollout_and_instance(tmp_path: Path) -> None:
         2,
     )
     assert len(logs["r1"][1]) == 2 and logs["r2"][1][0]["idle_s"] == 0.25 and not log.rows
+    assert (first["cpu_s"], first["num_decode_max_context"]) == (0.09, 40)
+
+
+def test_a_step_log_from_before_the_last_columns_still_reads(tmp_path: Path) -> None:
+    old = [1.0, 1.1, 1.2, 3, 90, 16, 0, 0, 2, 0.0]  # no cpu_s, no longest context
+    (tmp_path / "steps-gen0.jsonl").write_text(
+        json.dumps({"rollout_id": "r", "instance": 0, "steps": [old]}) + "\n"
+    )
+    (row,) = read_step_logs(tmp_path)["r"][0]
+    assert row["num_decode_context_tokens"] == 90 and "num_decode_max_context" not in row
+    assert steplog.teacher_forced([[row]], MAX_COST)["num_steps"] == 1  # priced by the mean
 
 
 def test_overheads_are_the_median_gaps_per_step_and_per_reported_chunk() -> None:
@@ -76,3 +91,16 @@ def test_teacher_forced_prices_each_logged_step_by_kind() -> None:
     assert split["engine_s"] == pytest.approx(0.024)
     assert split["idle_s"] == pytest.approx(0.9)
     assert split["between_s"] == pytest.approx(split["span_s"] - 0.024 - 0.9)
+
+
+def test_a_table_keyed_by_the_longest_context_prices_a_step_by_its_longest_row() -> None:
+    """The built-in engine pads attention to the batch's longest row: 4 rows of mean
+    context 32 with one at 1,056 cost what 4 rows at 1,056 cost (6 ms), by a "max" table;
+    a "mean" table prices the same step at the mean (4 ms)."""
+    mixed = step(0.0, 0.006, rows=4, ctx=32, max_ctx=1056)
+    by_max = steplog.teacher_forced([[mixed]], MAX_COST)
+    by_mean = steplog.teacher_forced([[mixed]], COST)
+    assert by_max["predicted_over_measured"] == pytest.approx(1.0, rel=0.03)
+    assert by_mean["predicted_over_measured"] == pytest.approx(4 / 6, rel=0.03)
+    assert MAX_COST.batch_context([32, 1056, 40]) == 1056
+    assert COST.batch_context([32, 1056, 40]) == pytest.approx(376)

@@ -173,7 +173,7 @@ class TorchEngine:
         trees = self._sched.make_room(trees)
         decoding = {r.request_id for r in self._sched.batch.decoding}
         num_drafts = sum(t.num_nodes for rid, t in trees.items() if rid in decoding)
-        context = sum(r.cache_len for r in self._sched.batch.decoding)
+        contexts = [r.cache_len for r in self._sched.batch.decoding]
         rows = self._decode(trees)
         prefilled, segments = self._prefill()
         return StepResult(
@@ -182,8 +182,9 @@ class TorchEngine:
             rows,
             prefilled,
             num_drafts,
-            context,
+            sum(contexts),
             segments,
+            max(contexts, default=0),
         )
 
     def _decode(self, trees: dict[str, DraftTree]) -> int:
