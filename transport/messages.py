@@ -751,11 +751,13 @@ class PeersChanged(Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ShardEnd(Message):
-    """Dispatcher -> each rank, a call, once the rollout's last sample is sent: the end of
-    this rank's shard (its requests, in the order sent) with the advantages not sent yet
-    (the last groups': `adv_request_ids`, `advantages`, `flat_share` aligned). The rank
-    checks it holds exactly that shard and answers `ShardHeld`; a shard that does not match
-    fails the call. One message per rank, sent to all ranks at once."""
+    """Dispatcher -> each rank, a call, once the rollout's last sample has finished: the end
+    of this rank's shard (its requests, in the order sent) with the advantages not sent yet
+    (the last groups': `adv_request_ids`, `advantages`, `flat_share` aligned) and the
+    samples not sent yet (`samples`: the rollout's last sample rides in its rank's end
+    rather than in a message of its own). The rank adds them, checks it holds exactly that
+    shard and answers `ShardHeld`; a shard that does not match fails the call. One message
+    per rank, sent to all ranks at once."""
 
     iteration: int
     rank: int
@@ -763,6 +765,7 @@ class ShardEnd(Message):
     adv_request_ids: tuple[str, ...]
     advantages: tuple[float, ...]
     flat_share: tuple[float, ...]
+    samples: tuple[SampleData, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

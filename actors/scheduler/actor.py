@@ -337,7 +337,7 @@ class SchedulerActor(Actor):
                 try:
                     await run.stream.add(
                         spec, run.book.tokens[rid], run.book.logprobs[rid], versions,
-                        msg.finish_reason,
+                        msg.finish_reason, last=run.core.is_done,  # then: flush, at once
                     )  # fmt: skip
                 except Exception as exc:  # e.g. a rank is gone: say which, stop here
                     await self._abandon(run, f"direct dispatch failed: {exc}")

@@ -91,8 +91,11 @@ class SampleStream:
         logprobs: Sequence[float],
         weight_versions: tuple[int, ...],
         finish_reason: str,
+        *,
+        last: bool = False,
     ) -> None:
-        """A sample finished: score it and send it to its rank (or drop it: "error")."""
+        """A sample finished: score it and send it to its rank (or drop it: "error");
+        ``last``: the rollout's last one (it goes with its rank's end, `flush`)."""
         if spec.prompt_id not in self.meta:
             raise StreamError(f"no metadata for prompt {spec.prompt_id!r} of {spec.request_id}")
         meta = self.meta[spec.prompt_id]
@@ -104,7 +107,7 @@ class SampleStream:
         self.rewards[spec.request_id] = reward
         self.output_lens[spec.request_id] = len(token_ids)
         data = sample_data(spec, token_ids, logprobs, weight_versions, reward, error_index)
-        await self.dispatcher.send(data, is_error=finish_reason == "error")
+        await self.dispatcher.send(data, is_error=finish_reason == "error", last=last)
 
     async def flush(self, timeout_s: float) -> None:
         """Return once every rank holds its whole shard (one `ShardEnd` per rank, at once)."""

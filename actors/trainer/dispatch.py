@@ -255,6 +255,8 @@ class ShardBuffer:
         """The end of this rank's shard arrived: add its advantages and check the shard is
         exactly there (`DispatchError` otherwise); its number of loss tokens."""
         self._check_iteration(end.iteration)
+        for sample in end.samples:  # the last ones, riding in the end message
+            self.add_sample(end.iteration, sample)
         rows = zip(end.adv_request_ids, end.advantages, end.flat_share, strict=True)
         for rid, adv, share in rows:
             self.advantages[rid] = (adv, share)

@@ -1,7 +1,8 @@
 """Dispatcher: the async shell of ``DispatchPlan``, on the side where samples finish.
 
 ``send(sample)`` assigns the sample to a rank and sends it there at once (one-way, bounded by
-``send_timeout_s``). When its group completes, the group's advantages are kept and go out
+``send_timeout_s``); the rollout's last sample (``last=True``) waits for ``end()`` and goes
+inside its rank's end message. When its group completes, the group's advantages are kept and go out
 with the next sample's send (during the rollout) or, for the last groups, inside the end
 message. ``end()`` sends every rank its ``ShardEnd`` (its request ids and those pending
 advantages) all at once and awaits the ranks' ``ShardHeld`` acks concurrently: after the
@@ -60,13 +61,25 @@ class Dispatcher:
         self.send_timeout_s = send_timeout_s
         self.train_timeout_s = train_timeout_s
         self.pending: list[tuple[GroupAdvantages, list[int]]] = []  # complete groups, unsent
+        self.held: list[tuple[int, SampleData]] = []  # (rank, sample): sent with the end
 
-    async def send(self, sample: SampleData, *, is_error: bool = False) -> int | None:
-        """Dispatch one finished sample; its rank (None: dropped because it ended in error)."""
+    async def send(
+        self, sample: SampleData, *, is_error: bool = False, last: bool = False
+    ) -> int | None:
+        """Dispatch one finished sample; its rank (None: dropped because it ended in error).
+        ``last``: the rollout's last sample, which `end` is about to follow: it is kept and
+        rides in its rank's `ShardEnd`, as do the advantages not sent yet (after the last
+        sample finishes, one message per rank, not a sample and advantages ahead of it)."""
         num_tokens = int(sample.loss_mask.sum())
         rank, advantages, ranks = self.plan.add(
             sample.request_id, sample.group_id, num_tokens, sample.reward, is_error
         )
+        if last:  # it, and the advantages not sent yet, go with the ends
+            if rank is not None:
+                self.held.append((rank, sample))
+            if advantages is not None:
+                self.pending.append((advantages, ranks))
+            return rank
         pending, self.pending = self.pending, []
         if rank is not None:
             await self._send(rank, SampleDispatched(iteration=self.plan.iteration, sample=sample))
@@ -106,6 +119,7 @@ class Dispatcher:
                 adv_request_ids=tuple(row[0] for row in rows[rank]),
                 advantages=tuple(row[1] for row in rows[rank]),
                 flat_share=tuple(row[2] for row in rows[rank]),
+                samples=tuple(sample for r, sample in self.held if r == rank),
             )
             for rank in range(self.plan.num_ranks)
         ]
@@ -116,7 +130,7 @@ class Dispatcher:
         if self.plan.incomplete_groups:
             raise DispatchError(f"incomplete groups at the end: {self.plan.incomplete_groups[:5]}")
         ends = self.ends()
-        self.pending = []
+        self.pending, self.held = [], []
         timeout = self.send_timeout_s if timeout_s is None else timeout_s
         return await end_shards(self.mailbox, ends, self.role, timeout)
 

@@ -14,8 +14,9 @@ times over a window (`WINDOW_S`), as a rollout's do.
 - **direct** (Earl, the code `seer run --dispatch direct` runs: `Dispatcher`, whose sends
   and end the scheduler's `SampleStream` makes): each sample goes, the moment it finishes,
   to the rank the online least-loaded assignment picks; a group's advantages follow with
-  the next sample; after the last sample every rank gets one `ShardEnd` (its request ids
-  and the last groups' advantages), all at once, and the acks are awaited concurrently.
+  the next sample; when the last sample finishes every rank gets one `ShardEnd` (its
+  request ids and the last groups' advantages; the last sample itself rides in its rank's),
+  all at once, and the acks are awaited concurrently.
 
 The ranks are the real `TrainerActor` (actor runtime and receiving handlers; no
 torch.distributed, no model: nothing trains here). Latency is from the last sample
@@ -281,15 +282,16 @@ def make_workload(ctx: int, num_groups: int, seed: int) -> tuple[list[SampleData
 
 
 async def _stream(samples: list[SampleData], offsets: list[float], send: Any) -> float:
-    """Send each sample at its finish time; the time the last one finished."""
+    """Send each sample at its finish time (``send(sample, is_last)``); the time the last
+    one finished."""
     start = time.monotonic()
     last = start
-    for sample, offset in zip(samples, offsets, strict=True):
+    for i, (sample, offset) in enumerate(zip(samples, offsets, strict=True)):
         delay = start + offset - time.monotonic()
         if delay > 0:
             await anyio.sleep(delay)
         last = time.monotonic()
-        await send(sample)
+        await send(sample, i == len(samples) - 1)
     return last
 
 
@@ -299,7 +301,10 @@ async def _direct(
     d = Dispatcher(
         mailbox, ranks, GROUP_SIZE, iteration=it, expected_version=0, sampling=SamplingSpec()
     )
-    last = await _stream(samples, offsets, d.send)
+    async def send(sample: SampleData, is_last: bool) -> None:
+        await d.send(sample, last=is_last)  # as the scheduler's stream: the last rides the end
+
+    last = await _stream(samples, offsets, send)
     held = await d.end(120.0)
     return max(h.held_at for h in held) - last, d.imbalance
 
@@ -313,7 +318,7 @@ async def _central(
         msg = CentralTrial(iteration=it, num_samples=len(samples), num_ranks=ranks)
         out.append(await mailbox.call("driver", 0, msg, 300.0))
 
-    async def send(sample: SampleData) -> None:
+    async def send(sample: SampleData, is_last: bool) -> None:
         await mailbox.send_to("driver", 0, SampleDispatched(iteration=it, sample=sample))
 
     async with anyio.create_task_group() as tg:

@@ -211,12 +211,16 @@ async def test_after_the_last_sample_each_rank_gets_one_end_message_at_once(rank
         mailbox,  # type: ignore[arg-type]
         ranks, 4, iteration=0, expected_version=0, sampling=SAMPLING,
     )  # fmt: skip
-    for s in samples:
-        await dispatcher.send(sample_data(s))
+    for i, s in enumerate(samples):  # the last one is held back for its rank's end
+        await dispatcher.send(sample_data(s), last=i == len(samples) - 1)
     before = [len(g) for g in mailbox.got]
     last_rank = dispatcher.plan.request_ids
+    ends = dispatcher.ends()
+    riding = [[d.request_id for d in e.samples] for e in ends]
+    assert sorted(riding) == [[]] * (ranks - 1) + [[samples[-1].request_id]]
+    assert sum(g.count("SampleDispatched") for g in mailbox.got) == len(samples) - 1
     held = await dispatcher.end(timeout_s=5)
-    for rank in range(ranks):  # one message per rank after the last sample: its end
+    for rank in range(ranks):  # one message per rank when the last sample finished: its end
         assert mailbox.got[rank][before[rank] :] == ["ShardEnd"]
     assert [h.num_samples for h in held] == [len(ids) for ids in last_rank]
     assert [h.num_tokens for h in held] == dispatcher.plan.loads
