@@ -11,7 +11,10 @@ From the steps a generator logged in one rollout (``actors.generator.step_log``)
   mean cached context, draft tokens, prefill tokens) against its measured time: the total
   error, the per-step median, and the same split by kind of step (decode only, prefill
   only, both) -- the protocol's step-time check on steps from live runs, where both
-  generators and the control plane share the cores.
+  generators and the control plane share the cores; and per generator and rollout
+  (``per_run_predicted_over_measured``: how evenly the live generators ran) and the engine
+  calls' CPU time over their wall time (``cpu_over_wall``: below 1, a generator waited
+  for a core inside its steps).
 - ``time_split``: per generator, the rollout's span split into engine calls, time between
   calls while busy, and the rest.
 """
@@ -79,7 +82,10 @@ def teacher_forced(runs: Iterable[Sequence[Step]], cost: CostModel) -> dict[str,
     measured: dict[str, float] = {"decode": 0.0, "prefill": 0.0, "mixed": 0.0}
     predicted = dict.fromkeys(measured, 0.0)
     errors: list[float] = []
+    per_run: list[float] = []  # predicted / measured, one generator in one rollout
+    cpu = wall = 0.0
     for steps in runs:
+        run_m = run_p = 0.0
         for s in steps:
             took = s["end_s"] - s["start_s"]
             if took <= 0 or not (s["num_decode_rows"] or s["num_prefill_tokens"]):
@@ -87,9 +93,18 @@ def teacher_forced(runs: Iterable[Sequence[Step]], cost: CostModel) -> dict[str,
             guess = _predict(s, cost)
             measured[_kind(s)] += took
             predicted[_kind(s)] += guess
+            run_m, run_p = run_m + took, run_p + guess
             errors.append(abs(guess - took) / took)
+            if "cpu_s" in s:
+                cpu, wall = cpu + s["cpu_s"], wall + took
+        if run_m > 0:
+            per_run.append(run_p / run_m)
     total_m, total_p = sum(measured.values()), sum(predicted.values())
     return {
+        # the spread between generators and rollouts: the same table, the same engine
+        "per_run_predicted_over_measured": sorted(per_run),
+        # CPU time of the engine calls over their wall time (1: never waiting for a core)
+        "cpu_over_wall": cpu / wall if wall > 0 else None,
         "step_time_err": abs(total_p - total_m) / total_m if total_m else 0.0,
         "predicted_over_measured": total_p / total_m if total_m else 0.0,
         "per_step_median_err": statistics.median(errors) if errors else 0.0,

@@ -449,4 +449,13 @@ def _table(summary: dict[str, Any]) -> Table:
         f"ranking match: {summary['ranking_match']}; teacher-forced step time error "
         f"{summary['step_time_err']:.1%}"
     )
+    live = summary.get("live_step_time") or {}
+    spread = live.get("per_run_predicted_over_measured")
+    if spread:  # the same engine and table, generator by generator, rollout by rollout
+        t.caption += (
+            f"; table / live step time per generator and rollout {min(spread):.2f}-"
+            f"{max(spread):.2f} (median {statistics.median(spread):.2f})"
+        )
+    if live.get("cpu_over_wall"):
+        t.caption += f"; live engine CPU / wall {live['cpu_over_wall']:.2f}"
     return t

@@ -104,3 +104,14 @@ def test_a_table_keyed_by_the_longest_context_prices_a_step_by_its_longest_row()
     assert by_mean["predicted_over_measured"] == pytest.approx(4 / 6, rel=0.03)
     assert MAX_COST.batch_context([32, 1056, 40]) == 1056
     assert COST.batch_context([32, 1056, 40]) == pytest.approx(376)
+
+
+def test_teacher_forced_reports_each_generator_run_and_cpu_over_wall() -> None:
+    """Two generators' runs of the same steps, one 1.5x slower (a shared core): the spread
+    per run says so, and the CPU-time column gives CPU over wall."""
+    fast = [step(0.0, 0.004, rows=4, ctx=32)]  # the table: 4 ms
+    slow = [step(0.0, 0.006, rows=4, ctx=32)]
+    slow[0]["cpu_s"] = 0.003  # half of its wall time on a core
+    out = steplog.teacher_forced([fast, slow], COST)
+    assert out["per_run_predicted_over_measured"] == pytest.approx([4 / 6, 1.0])
+    assert out["cpu_over_wall"] == pytest.approx((0.004 + 0.003) / 0.010)
