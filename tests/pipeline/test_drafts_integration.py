@@ -74,9 +74,11 @@ async def test_speculation_never_changes_a_sample(tmp_path: Path, temperature: f
             assert metrics["num_accepted_tokens"] > 0, name
             assert metrics["mean_accept_len"] > (1.0 if name == "group" else 1.2), name
     # at T=1 the history drafts land (self mode has no store, the adaptive budget may not
-    # draft at all: only the fixed group budget is bound to use them). A generator pulls a
-    # new group's tree at once (`DraftSync.wake`): at the slow sync pace the history used
-    # to arrive after part of the round (acceptance 1.17, or none at all, in 2 of 3 suites)
+    # draft at all: only the fixed group budget is bound to use them). The history is the
+    # first round's whole responses: a chunk's last tokens reach the store ahead of its
+    # result, so ahead of the group's close (they used to wait for the next sync, 500 ms
+    # away at the slow pace the sync took before the first decode step: a first round of
+    # 0.3 s then left no history, acceptance 1.0, 1 run in 3); a new group is pulled at once
     if temperature > 0:
         assert results["group_fixed"][1]["mean_accept_len"] > 1.2
 
