@@ -66,6 +66,7 @@ class GroupLog:
     seqs: dict[str, SeqLog] = field(default_factory=dict)
     next_id: int = 0
     log: list[SeqDelta] = field(default_factory=list)  # every change, in order
+    is_opened: bool = False  # by `GroupsOpened` (not only by appends that came first)
 
     def add_seq(self, key: str, tokens: Sequence[int] = (), chunk_seq: int = -1) -> SeqLog:
         seq = self.seqs[key] = SeqLog(self.next_id, list(tokens), 0, chunk_seq)
@@ -159,7 +160,7 @@ class DraftStore:
                 log = self._new_group(info.group_id, info.prompt_id, tail)
             elif log.prompt_tail != tail:
                 log.set_prompt_tail(tail)
-            log.prompt_id, log.rollout_id = info.prompt_id, rollout_id
+            log.prompt_id, log.rollout_id, log.is_opened = info.prompt_id, rollout_id, True
             self._open_of_prompt.setdefault(info.prompt_id, set()).add(info.group_id)
             for i, tokens in enumerate(self.history.get(info.prompt_id, ())):
                 key = f"{HISTORY_PREFIX}{i}"
@@ -277,17 +278,23 @@ class DraftStore:
     def sync(self, msg: SyncDrafts) -> DraftDeltas:
         """The log entries each named group has past the replica's version (all of them
         for a replica that last synced with another store: its versions mean nothing
-        here), and how many tokens of each of the caller's own sequences the store holds
-        (fewer than it sent: appends were lost, and it re-sends from its own copy)."""
+        here), how many tokens of each of the caller's own sequences the store holds
+        (fewer than it sent: appends were lost, and it re-sends from its own copy), and
+        which named groups are not opened yet (the caller asks again soon: the splitter's
+        `GroupsOpened`, which brings the history, can come after a generator's pull)."""
         deltas: list[SeqDelta] = []
         versions: list[GroupCursor] = []
         closed: list[str] = []
+        unopened: list[str] = []
         same_store = msg.store_id == self.store_id
         for cur in msg.groups:
             group = self.groups.get(cur.group_id)
-            if group is None:
+            if group is None or not group.is_opened:
                 if cur.group_id in self._closed:
                     closed.append(cur.group_id)
+                else:
+                    unopened.append(cur.group_id)
+            if group is None:
                 continue
             since = max(cur.version, 0) if same_store else 0
             if since < len(group.log) or not same_store:
@@ -309,6 +316,7 @@ class DraftStore:
             closed=tuple(closed),
             store_id=self.store_id,
             lengths=tuple(lengths),
+            unopened=tuple(unopened),
         )
 
     # ---- internals -------------------------------------------------------------------

@@ -29,6 +29,9 @@ from actors.generator.speculator import Speculator
 from transport.errors import TransportError
 from transport.messages import DraftDeltas, TokensAppended
 
+REPULL_S = 0.01  # how soon a pull that named groups the store had not opened is repeated
+MAX_REPULLS = 50  # in a row (0.5 s), then the usual pace
+
 
 class DraftSync:
     def __init__(
@@ -44,11 +47,13 @@ class DraftSync:
         self.num_store_failures = 0
         self.num_dropped_appends = 0
         self._wake = anyio.Event()
+        self.unopened: tuple[str, ...] = ()  # the last pull's groups the store had not opened
 
     async def run(self) -> None:
         """Push and pull forever (cancelled with the actor); never blocks decoding."""
         cfg = self.spec.config
         woken = False
+        repulls = 0
         for cycle in itertools.count():
             # while drafts cannot pay at the running batch size, push this generator's
             # tokens 10x less often (other generators may be drafting from them) and pull
@@ -60,11 +65,23 @@ class DraftSync:
             # which at the slow pace would arrive after a short request had finished; the
             # interval after a wake is a full-rate one too (`is_drafting` is only decided at
             # the group's first decode step, after this sync)
+            # A group the store has not opened yet (its `GroupsOpened` comes from the
+            # splitter on another connection, and can come after this pull) has no history
+            # in it yet: pulled again every `REPULL_S`, up to `MAX_REPULLS` times in a row.
             active = (self.spec.is_drafting or woken) and self.is_store_ok
-            with anyio.move_on_after(cfg.sync_interval_s * (1 if active else 10)):
+            wait_s = cfg.sync_interval_s * (1 if active else 10)
+            if woken or not self.unopened:
+                repulls = 0
+            repull = bool(self.unopened) and repulls < MAX_REPULLS
+            if repull:
+                repulls += 1
+                wait_s = min(wait_s, REPULL_S)
+            with anyio.move_on_after(wait_s):
                 await self._wake.wait()
             woken, self._wake = self._wake.is_set(), anyio.Event()
-            pull = woken or self.spec.is_drafting or not self.is_store_ok or cycle % 4 == 0
+            pull = (
+                woken or repull or self.spec.is_drafting or not self.is_store_ok or cycle % 4 == 0
+            )
             await self.sync_once(pull)
 
     def push_ended(self, request_ids: Sequence[str]) -> None:
@@ -93,6 +110,7 @@ class DraftSync:
                     reply = await self.mailbox.call("drafts", 0, request, cfg.store_timeout_s)
                     if isinstance(reply, DraftDeltas):
                         self.client.apply(reply)
+                        self.unopened = reply.unopened
         except (TransportError, TimeoutError) as exc:
             self.num_store_failures += 1
             if self.is_store_ok:

@@ -156,10 +156,14 @@ def test_appends_after_the_close_still_reach_the_history_and_the_next_group() ->
 
 def test_appends_before_groups_opened_are_rebuilt_under_the_prompt_tail() -> None:
     store = DraftStore(max_depth=8)
+    ask = SyncDrafts(groups=(GroupCursor(group_id="g", version=0),), store_id=store.store_id)
+    assert store.sync(ask).unopened == ("g",)  # unknown: the caller asks again soon
     store.append(put("g", "a", 0, [1, 2]))
     assert store.tree("g").count([1, 2]) == 1
+    assert store.sync(ask).unopened == ("g",)  # known from appends only: still unopened
     opened(store, "g")
     assert store.tree("g").count([*TAIL, 1, 2]) == 1
+    assert store.sync(ask).unopened == ()
 
 
 def test_sync_sends_only_what_the_replica_lacks() -> None:
