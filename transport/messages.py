@@ -621,6 +621,9 @@ class DraftDeltas(Message):
     closed: tuple[str, ...] = ()
     store_id: str = ""
     lengths: tuple[SeqLength, ...] = ()  # the store's length of each of the caller's `own`
+    # named groups whose `GroupsOpened` the store has not had yet (unknown, or known only
+    # from appends): their history, if any, comes with it
+    unopened: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

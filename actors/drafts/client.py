@@ -242,6 +242,12 @@ class DraftClient:
         out, self._appends = tuple(self._appends), []
         return out
 
+    def take_ended(self) -> tuple[TokenAppend, ...]:
+        """Only the appends `end` queued (the last tokens of chunks that ended here since the
+        last `take_appends`), for sending ahead of those chunks' results."""
+        out, self._appends = tuple(self._appends), []
+        return out
+
     def _flush(self, request_id: str, run: _Running) -> None:
         replica = self.replicas.get(run.group)
         if self.mode != "group" or run.num_tokens <= run.sent or replica is None:

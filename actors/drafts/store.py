@@ -14,7 +14,11 @@ Every change is also an entry of the group's append log (a `SeqDelta`); a replic
 replayed `version` entries gets the entries after them from `sync` and nothing else, so a
 sync costs what changed, not what the group holds. `close_groups` frees a group's tree, or,
 with `keep_history`, keeps its responses as extra sequences for the next group opened for
-the same prompt (drafts from the previous iteration; beyond Seer).
+the same prompt (drafts from the previous iteration; beyond Seer). The scheduler's
+`GroupsClosed` and a generator's last appends of the group travel on different connections,
+so the close can come first: an append to a group whose responses are its prompt's history
+still lands there ("history"), and in the history sequences of groups already opened for
+that prompt, so the next rollout drafts from whole responses.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from transport.messages import (
 HISTORY_PREFIX = "history:"
 _READ_ONLY = 1 << 62  # chunk_seq of history sequences: every append to them is stale
 
-AppendOutcome = Literal["applied", "duplicate", "replaced", "stale", "gap", "late"]
+AppendOutcome = Literal["applied", "duplicate", "replaced", "stale", "gap", "late", "history"]
 
 
 @dataclass
@@ -62,6 +66,7 @@ class GroupLog:
     seqs: dict[str, SeqLog] = field(default_factory=dict)
     next_id: int = 0
     log: list[SeqDelta] = field(default_factory=list)  # every change, in order
+    is_opened: bool = False  # by `GroupsOpened` (not only by appends that came first)
 
     def add_seq(self, key: str, tokens: Sequence[int] = (), chunk_seq: int = -1) -> SeqLog:
         seq = self.seqs[key] = SeqLog(self.next_id, list(tokens), 0, chunk_seq)
@@ -118,6 +123,10 @@ class DraftStore:
         self.history_size = history_size
         self.groups: dict[str, GroupLog] = {}
         self.history: dict[str, list[tuple[int, ...]]] = {}
+        self._history_keys: dict[str, list[str]] = {}  # prompt -> its entries' requests
+        self._kept: dict[str, str] = {}  # closed group -> its prompt, whose history it is
+        self._kept_group: dict[str, str] = {}  # prompt -> the closed group its history is
+        self._open_of_prompt: dict[str, set[str]] = {}  # prompt -> its open groups
         self._closed: set[str] = set()
         self._closed_order: deque[str] = deque()
         self._max_closed = max_closed
@@ -128,6 +137,7 @@ class DraftStore:
             "stale": 0,
             "gaps": 0,
             "late": 0,
+            "history_tokens": 0,  # tokens of appends that came after their group closed
             "groups_opened": 0,
             "groups_closed": 0,
             "groups_abandoned": 0,
@@ -150,7 +160,8 @@ class DraftStore:
                 log = self._new_group(info.group_id, info.prompt_id, tail)
             elif log.prompt_tail != tail:
                 log.set_prompt_tail(tail)
-            log.prompt_id, log.rollout_id = info.prompt_id, rollout_id
+            log.prompt_id, log.rollout_id, log.is_opened = info.prompt_id, rollout_id, True
+            self._open_of_prompt.setdefault(info.prompt_id, set()).add(info.group_id)
             for i, tokens in enumerate(self.history.get(info.prompt_id, ())):
                 key = f"{HISTORY_PREFIX}{i}"
                 if key not in log.seqs:
@@ -162,13 +173,22 @@ class DraftStore:
             log = self.groups.pop(gid, None)
             if log is None:
                 continue
-            if keep and self.keep_history and log.prompt_id:
+            prompt = log.prompt_id
+            open_groups = self._open_of_prompt.get(prompt)
+            if open_groups is not None:
+                open_groups.discard(gid)
+                if not open_groups:
+                    del self._open_of_prompt[prompt]
+            if keep and self.keep_history and prompt:
                 live = [
-                    tuple(s.tokens)
+                    (k, tuple(s.tokens))
                     for k, s in log.seqs.items()
                     if s.tokens and not k.startswith(HISTORY_PREFIX)
-                ]
-                self.history[log.prompt_id] = live[: self.history_size]
+                ][: self.history_size]
+                self.history[prompt] = [tokens for _, tokens in live]
+                self._history_keys[prompt] = [k for k, _ in live]
+                self._kept.pop(self._kept_group.get(prompt, ""), None)
+                self._kept[gid], self._kept_group[prompt] = prompt, gid
             self._mark_closed(gid)
             self.counters["groups_closed"] += 1
 
@@ -181,6 +201,9 @@ class DraftStore:
     # ---- appends ---------------------------------------------------------------------
     def append(self, a: TokenAppend) -> AppendOutcome:
         if a.group_id in self._closed:
+            prompt = self._kept.get(a.group_id)
+            if prompt is not None and self._append_history(prompt, a):
+                return "history"
             self.counters["late"] += 1
             return "late"
         group = self.groups.get(a.group_id)
@@ -215,21 +238,63 @@ class DraftStore:
         self.counters["appended_tokens"] += len(new)
         return "applied"
 
+    def _append_history(self, prompt: str, a: TokenAppend) -> bool:
+        """A late append of a group kept as `prompt`'s history: extend the request's entry
+        (a new one while there is room) and the open groups' copies of it; False when it
+        does not fit (a gap, a disagreement, no room) or brings nothing new."""
+        keys, entries = self._history_keys[prompt], self.history[prompt]
+        if not a.token_ids:
+            return False
+        if a.request_id in keys:
+            i = keys.index(a.request_id)
+        elif a.start == 0 and len(keys) < self.history_size:
+            i = len(keys)
+            keys.append(a.request_id)
+            entries.append(())
+        else:
+            return False
+        have = entries[i]
+        overlap = have[a.start : a.start + len(a.token_ids)]
+        if a.start > len(have) or tuple(a.token_ids[: len(overlap)]) != overlap:
+            return False
+        new = a.token_ids[len(overlap) :]
+        if not new:
+            return False
+        entries[i] = tokens = (*have, *new)
+        self.counters["history_tokens"] += len(new)
+        key = f"{HISTORY_PREFIX}{i}"
+        for gid in self._open_of_prompt.get(prompt, ()):
+            group = self.groups.get(gid)
+            if group is None or group.prompt_id != prompt:
+                continue
+            seq = group.seqs.get(key)
+            if seq is None:
+                group.add_seq(key, tokens, chunk_seq=_READ_ONLY)
+            elif len(seq.tokens) < len(tokens) and tuple(seq.tokens) == tokens[: len(seq.tokens)]:
+                group.extend(key, seq, tokens[len(seq.tokens) :])
+        return True
+
     # ---- replicas --------------------------------------------------------------------
     def sync(self, msg: SyncDrafts) -> DraftDeltas:
         """The log entries each named group has past the replica's version (all of them
         for a replica that last synced with another store: its versions mean nothing
-        here), and how many tokens of each of the caller's own sequences the store holds
-        (fewer than it sent: appends were lost, and it re-sends from its own copy)."""
+        here), how many tokens of each of the caller's own sequences the store holds
+        (fewer than it sent: appends were lost, and it re-sends from its own copy), and
+        which named groups are not opened yet (the caller asks again soon: the splitter's
+        `GroupsOpened`, which brings the history, can come after a generator's pull)."""
         deltas: list[SeqDelta] = []
         versions: list[GroupCursor] = []
         closed: list[str] = []
+        unopened: list[str] = []
         same_store = msg.store_id == self.store_id
         for cur in msg.groups:
             group = self.groups.get(cur.group_id)
-            if group is None:
+            if group is None or not group.is_opened:
                 if cur.group_id in self._closed:
                     closed.append(cur.group_id)
+                else:
+                    unopened.append(cur.group_id)
+            if group is None:
                 continue
             since = max(cur.version, 0) if same_store else 0
             if since < len(group.log) or not same_store:
@@ -251,6 +316,7 @@ class DraftStore:
             closed=tuple(closed),
             store_id=self.store_id,
             lengths=tuple(lengths),
+            unopened=tuple(unopened),
         )
 
     # ---- internals -------------------------------------------------------------------

@@ -204,6 +204,8 @@ class GeneratorActor(Actor):
                     self._idle_s = 0.0
                 for delta in result.deltas:
                     self.started.setdefault(delta.request_id, start)
+                if self.sync is not None and result.finished:  # the store first (history)
+                    self.sync.push_ended([c.request_id for c in result.finished])
                 for chunk in result.finished:
                     await self._report(chunk)
                 await anyio.lowlevel.checkpoint()

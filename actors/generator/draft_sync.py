@@ -8,11 +8,18 @@ answer costs drafts, never progress: appends are offered, never awaited (a full 
 drops them, and they are re-sent later), decoding goes on with what the replicas hold
 (this generator's own requests) and the sync retries; a restarted store is refilled from
 this generator's own copy of its requests (see `DraftClient`).
+
+A chunk that ends sends its last tokens at once (`push_ended`, one-way), before its result
+goes to the scheduler: the scheduler closes a group as soon as its last sample is done, and
+with `keep_history` the store keeps what it holds of the group then as the next rollout's
+drafts. Left to the next sync (or to a slow-paced one, up to 10 intervals later) they came
+after the close, and a short rollout's history lacked its ends or was empty.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 import anyio
 import structlog
@@ -21,6 +28,9 @@ from actors.base import Mailbox
 from actors.generator.speculator import Speculator
 from transport.errors import TransportError
 from transport.messages import DraftDeltas, TokensAppended
+
+REPULL_S = 0.01  # how soon a pull that named groups the store had not opened is repeated
+MAX_REPULLS = 50  # in a row (0.5 s), then the usual pace
 
 
 class DraftSync:
@@ -37,10 +47,13 @@ class DraftSync:
         self.num_store_failures = 0
         self.num_dropped_appends = 0
         self._wake = anyio.Event()
+        self.unopened: tuple[str, ...] = ()  # the last pull's groups the store had not opened
 
     async def run(self) -> None:
         """Push and pull forever (cancelled with the actor); never blocks decoding."""
         cfg = self.spec.config
+        woken = False
+        repulls = 0
         for cycle in itertools.count():
             # while drafts cannot pay at the running batch size, push this generator's
             # tokens 10x less often (other generators may be drafting from them) and pull
@@ -49,13 +62,36 @@ class DraftSync:
             # pull once drafting resumes catches up)
             # A group new to this generator wakes the loop at once (`wake`): its first
             # pull may bring siblings' tokens or the last rollout's history to draft from,
-            # which at the slow pace would arrive after a short request had finished.
-            active = self.spec.is_drafting and self.is_store_ok
-            with anyio.move_on_after(cfg.sync_interval_s * (1 if active else 10)):
+            # which at the slow pace would arrive after a short request had finished; the
+            # interval after a wake is a full-rate one too (`is_drafting` is only decided at
+            # the group's first decode step, after this sync)
+            # A group the store has not opened yet (its `GroupsOpened` comes from the
+            # splitter on another connection, and can come after this pull) has no history
+            # in it yet: pulled again every `REPULL_S`, up to `MAX_REPULLS` times in a row.
+            active = (self.spec.is_drafting or woken) and self.is_store_ok
+            wait_s = cfg.sync_interval_s * (1 if active else 10)
+            if woken or not self.unopened:
+                repulls = 0
+            repull = bool(self.unopened) and repulls < MAX_REPULLS
+            if repull:
+                repulls += 1
+                wait_s = min(wait_s, REPULL_S)
+            with anyio.move_on_after(wait_s):
                 await self._wake.wait()
             woken, self._wake = self._wake.is_set(), anyio.Event()
-            pull = woken or self.spec.is_drafting or not self.is_store_ok or cycle % 4 == 0
+            pull = (
+                woken or repull or self.spec.is_drafting or not self.is_store_ok or cycle % 4 == 0
+            )
             await self.sync_once(pull)
+
+    def push_ended(self, request_ids: Sequence[str]) -> None:
+        """These chunks ended here: offer their last tokens to the store now, ahead of their
+        results (called on the actor's event loop; never awaits)."""
+        for request_id in request_ids:
+            self.client.end(request_id)
+        appends = self.client.take_ended()
+        if appends and not self.mailbox.offer("drafts", 0, TokensAppended(appends=appends)):
+            self.num_dropped_appends += 1  # lost, as a dropped append of an ended chunk was
 
     def wake(self) -> None:
         """A new group started here: push and pull now (called on the actor's event loop)."""
@@ -74,6 +110,7 @@ class DraftSync:
                     reply = await self.mailbox.call("drafts", 0, request, cfg.store_timeout_s)
                     if isinstance(reply, DraftDeltas):
                         self.client.apply(reply)
+                        self.unopened = reply.unopened
         except (TransportError, TimeoutError) as exc:
             self.num_store_failures += 1
             if self.is_store_ok:

@@ -109,12 +109,61 @@ def test_history_survives_the_next_rollout_opening_before_the_last_one_closed() 
     assert store.counters["groups_abandoned"] == 1
 
 
+def test_appends_after_the_close_still_reach_the_history_and_the_next_group() -> None:
+    """A generator's last appends of a group and the scheduler's `GroupsClosed` come on
+    different connections, so the close can come first: the late tokens still extend the
+    prompt's history, and the history copies of a group already opened for the prompt
+    (which a synced replica then replays)."""
+    store = DraftStore(max_depth=8, keep_history=True, history_size=2)
+    opened(store, "r0:g0", prompt="p")
+    store.append(put("r0:g0", "a", 0, [1, 2]))
+    store.close_groups(["r0:g0"])
+    assert store.append(put("r0:g0", "a", 2, [3])) == "history"  # before the next open
+    assert store.history["p"] == [(1, 2, 3)]
+    opened(store, "r1:g0", prompt="p", rollout="r1")
+    client = DraftClient("group", max_depth=8, max_match=4)
+    client.start("x", "r1:g0", 0, list(TAIL), [])
+    client.apply(store.sync(client.sync_message()))  # type: ignore[arg-type]
+    assert store.append(put("r0:g0", "a", 3, [4, 5])) == "history"  # after the next open
+    assert store.append(put("r0:g0", "b", 0, [6])) == "history"  # a sample with no tokens in yet
+    assert store.append(put("r0:g0", "a", 2, [3, 4])) == "late"  # nothing new: a duplicate
+    assert store.append(put("r0:g0", "a", 9, [7])) == "late"  # a gap
+    assert store.append(put("r0:g0", "a", 0, [9])) == "late"  # disagrees with the history
+    assert store.append(put("r0:g0", "c", 0, [8])) == "late"  # no room (history_size 2)
+    assert store.history["p"] == [(1, 2, 3, 4, 5), (6,)]
+    seqs = store.groups["r1:g0"].seqs
+    assert {k: s.tokens for k, s in seqs.items()} == {
+        f"{HISTORY_PREFIX}0": [1, 2, 3, 4, 5],
+        f"{HISTORY_PREFIX}1": [6],
+    }
+    assert store.counters["history_tokens"] == 4 and store.counters["late"] == 4
+    client.apply(store.sync(client.sync_message()))  # type: ignore[arg-type]
+    replica = client.replicas["r1:g0"]
+    assert replica.seqs[f"{HISTORY_PREFIX}0"].tokens == [1, 2, 3, 4, 5]
+    assert tree_patterns(replica.tree, 8) == tree_patterns(store.tree("r1:g0"), 8)
+    store.close_groups(["r1:g0"])  # r1's responses are p's history now, not r0's
+    assert store.append(put("r0:g0", "a", 5, [6])) == "late"
+    opened(store, "r2:g1", prompt="q", rollout="r2")
+    store.append(put("r2:g1", "a", 0, [1]))
+    store.close_groups(["r2:g1"])
+    assert store.append(put("r2:g1", "a", 1, [2])) == "history"  # only q's groups change
+    assert store.history["q"] == [(1, 2)] and store.history["p"] == []
+    plain = DraftStore(max_depth=8)  # without keep_history a closed group's appends are late
+    opened(plain, "g")
+    plain.close_groups(["g"])
+    assert plain.append(put("g", "a", 0, [1])) == "late"
+
+
 def test_appends_before_groups_opened_are_rebuilt_under_the_prompt_tail() -> None:
     store = DraftStore(max_depth=8)
+    ask = SyncDrafts(groups=(GroupCursor(group_id="g", version=0),), store_id=store.store_id)
+    assert store.sync(ask).unopened == ("g",)  # unknown: the caller asks again soon
     store.append(put("g", "a", 0, [1, 2]))
     assert store.tree("g").count([1, 2]) == 1
+    assert store.sync(ask).unopened == ("g",)  # known from appends only: still unopened
     opened(store, "g")
     assert store.tree("g").count([*TAIL, 1, 2]) == 1
+    assert store.sync(ask).unopened == ()
 
 
 def test_sync_sends_only_what_the_replica_lacks() -> None:

@@ -74,11 +74,42 @@ async def test_speculation_never_changes_a_sample(tmp_path: Path, temperature: f
             assert metrics["num_accepted_tokens"] > 0, name
             assert metrics["mean_accept_len"] > (1.0 if name == "group" else 1.2), name
     # at T=1 the history drafts land (self mode has no store, the adaptive budget may not
-    # draft at all: only the fixed group budget is bound to use them). A generator pulls a
-    # new group's tree at once (`DraftSync.wake`): at the slow sync pace the history used
-    # to arrive after part of the round (acceptance 1.17, or none at all, in 2 of 3 suites)
+    # draft at all: only the fixed group budget is bound to use them). The history is the
+    # first round's whole responses: a chunk's last tokens reach the store ahead of its
+    # result, so ahead of the group's close (they used to wait for the next sync, 500 ms
+    # away at the slow pace the sync took before the first decode step: a first round of
+    # 0.3 s then left no history, acceptance 1.0, 1 run in 3); a new group is pulled at once
     if temperature > 0:
         assert results["group_fixed"][1]["mean_accept_len"] > 1.2
+
+
+async def test_history_holds_whole_responses_whatever_the_sync_pace(tmp_path: Path) -> None:
+    """A chunk's last tokens go to the store ahead of its result (so ahead of the scheduler's
+    `GroupsClosed` for its group), not with the next background sync: with syncs 10 s apart
+    (only a new group's pull in between) the first rollout's whole responses still become
+    the history the second one drafts from."""
+    sampling = SamplingSpec(temperature=1.0, seed=11, ignore_eos=True, max_new_tokens=60)
+    spec = {"mode": "group", "budget": "fixed", "sync_interval_s": 10.0}
+    config = rollout_config(
+        num_generators=2,
+        chunk_size=16,
+        generator={**TINY, "spec": spec},
+        run_dir=str(tmp_path),
+        drafts={"keep_history": True},
+    )
+    async with Rollout(config, mode="local") as rollout:
+        with anyio.fail_after(120):
+            first = await rollout.generate_with_record(PROMPTS, 4, sampling)
+            second = await rollout.generate_with_record(PROMPTS, 4, sampling)
+            stats = await rollout._cluster().call("drafts", 0, GetStats())
+    samples = [[s.token_ids for g in r.groups for s in g.samples] for r in (first, second)]
+    assert samples[0] == samples[1] and all(len(s) == 60 for s in samples[0])  # same seeds
+    assert isinstance(stats, ActorStats)
+    # every token of both rollouts reached the store, none after its group's history was
+    # replaced: appended to an open group, or to a closed one's history ("history_tokens")
+    held = stats.counters["appended_tokens"] + stats.counters["history_tokens"]
+    assert (held, stats.counters["late"]) == (2 * len(PROMPTS) * 4 * 60, 0), stats.counters
+    assert first.metrics()["mean_accept_len"] < 1.2 < second.metrics()["mean_accept_len"]
 
 
 async def test_a_dead_draft_store_costs_drafts_not_samples(tmp_path: Path) -> None:
