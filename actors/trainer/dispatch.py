@@ -229,6 +229,7 @@ class ShardBuffer:
 
     def __init__(self) -> None:
         self.samples: dict[str, SampleData] = {}
+        self.num_tokens = 0  # loss tokens of the samples held, counted as they arrive
         self.advantages: dict[str, tuple[float, float]] = {}  # request id -> (adv, flat share)
         self.iteration: int | None = None
         self.held: tuple[int, tuple[str, ...]] | None = None  # (iteration, request ids)
@@ -244,6 +245,7 @@ class ShardBuffer:
         if data.request_id in self.samples:
             raise DispatchError(f"request {data.request_id} received twice")
         self.samples[data.request_id] = data
+        self.num_tokens += int(data.loss_mask.sum())  # here, not at the end: off its path
 
     def add_advantages(self, msg: GroupAdvantages) -> None:
         self._check_iteration(msg.iteration)
@@ -262,7 +264,7 @@ class ShardBuffer:
             self.advantages[rid] = (adv, share)
         self._check(end.iteration, end.rank, end.request_ids)
         self.held = (end.iteration, end.request_ids)
-        return sum(int(self.samples[r].loss_mask.sum()) for r in end.request_ids)
+        return self.num_tokens  # _check: the samples held are exactly the end's
 
     def take(self, layout: ShardLayout) -> Shard:
         """This rank's shard in layout order; ``DispatchError`` if it is not exactly there
@@ -282,6 +284,7 @@ class ShardBuffer:
         adv = tuple(self.advantages[r][0] for r in request_ids)
         share = tuple(self.advantages[r][1] for r in request_ids)
         self.samples, self.advantages, self.iteration, self.held = {}, {}, None, None
+        self.num_tokens = 0
         return Shard(samples, adv, share)
 
     def _check(self, iteration: int, rank: int, request_ids: tuple[str, ...]) -> None:
