@@ -26,6 +26,7 @@ token and 1/64 of the context.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import math
@@ -83,6 +84,7 @@ class CostModel:
         if context not in CONTEXTS:
             raise CostModelError(f"context must be one of {CONTEXTS}, got {context!r}")
         self.context = context
+        self.speed = 1.0  # every step costs this many times the table's price (`scaled`)
         decode = [r for r in rows if r.get("shape") == shape and r.get("kind") == "decode"]
         if not decode:
             shapes = sorted({str(r.get("shape")) for r in rows})
@@ -135,6 +137,15 @@ class CostModel:
     def from_file(cls, path: str | Path, shape: str) -> CostModel:
         return cls.from_table(load_table(path), shape)
 
+    def scaled(self, factor: float) -> CostModel:
+        """This table with every step (decode and prefill) costing ``factor`` times its
+        price: an instance running slower or faster than the machine the table measured."""
+        if not factor > 0:
+            raise ValueError(f"factor must be > 0, got {factor}")
+        out = copy.copy(self)  # shares the rows and the cache (prices are per table)
+        out.speed = self.speed * factor
+        return out
+
     def batch_context(self, contexts: Sequence[float]) -> float:
         """The ``ctx`` to price a decode batch with: its rows' mean context (the H200
         tables: paged attention reads each row's own KV) or its longest (``"max"``: the
@@ -156,7 +167,7 @@ class CostModel:
         if batch < 1:
             raise ValueError(f"batch must be >= 1, got {batch}")
         key_ctx = max(int(ctx) >> 6, 0)
-        return self._cached(batch, key_ctx, round(max(g, 0.0) * 4)) / 1e3
+        return self._cached(batch, key_ctx, round(max(g, 0.0) * 4)) * self.speed / 1e3
 
     def _decode_ms(self, batch: int, ctx64: int, g4: int) -> float:
         ctx, g = float(ctx64 << 6) + 32.0, g4 / 4.0
@@ -177,6 +188,6 @@ class CostModel:
         segs = self._segments
         per = [max(_interp(*self._prefill[b], float(tokens)), 0.0) for b in segs]
         if len(segs) == 1:
-            return per[0] / 1e3
+            return per[0] * self.speed / 1e3
         x = min(max(math.log2(max(segments, 1)), math.log2(segs[0])), math.log2(segs[-1]))
-        return max(_interp([math.log2(b) for b in segs], per, x), 0.0) / 1e3
+        return max(_interp([math.log2(b) for b in segs], per, x), 0.0) * self.speed / 1e3

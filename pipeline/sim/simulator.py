@@ -96,6 +96,9 @@ class SimConfig:
     start_latency_s: float = 0.0  # the rollout's clock starts -> its first dispatch
     step_overhead_s: float = 0.0  # a generator's time between engine steps, per step
     report_s: float = 0.0  # a generator's time reporting one ended chunk
+    # per instance, its steps' cost over the table's (a diagnostic replay: `seer sim
+    # validate`'s speed-normalized makespan); empty = every instance at the table's price
+    instance_speed: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         for name in (
@@ -179,10 +182,15 @@ class _Run:
             )
             for i, r in enumerate(self.reqs)
         ]
+        if config.instance_speed and len(config.instance_speed) != config.num_instances:
+            raise ValueError(
+                f"instance_speed has {len(config.instance_speed)} factors for "
+                f"{config.num_instances} instances"
+            )
         self.instances = [
             SimInstance(
                 i,
-                cost,
+                cost.scaled(config.instance_speed[i]) if config.instance_speed else cost,
                 max_batch=config.max_batch,
                 kv_capacity=config.kv_capacity,
                 kv_pool=config.kv_pool,

@@ -36,6 +36,7 @@ overlap (the pairs the live side can order at all).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import json
 import os
@@ -208,6 +209,25 @@ def _live(
     raise AssertionError("unreachable")
 
 
+def instance_speeds(
+    runs: list[list[dict[str, float]]], cost: CostModel, num_instances: int
+) -> tuple[float, ...]:
+    """Each live instance's engine time over the table's price for its own logged steps
+    (instance order; 1.0 for an instance that logged none): how much slower or faster than
+    the table that generator ran in that rollout. Input to the speed-normalized replay, a
+    diagnostic that takes the machine's speed from the run it checks, so it tests the
+    scheduling, KV and batching model, not the cost table."""
+    speeds = []
+    for i in range(num_instances):
+        ratio = (
+            steplog.teacher_forced([runs[i]], cost)["predicted_over_measured"]
+            if i < len(runs)
+            else 0.0
+        )
+        speeds.append(1.0 / ratio if ratio > 0 else 1.0)
+    return tuple(speeds)
+
+
 def _policy_steps(folder: Path) -> dict[str, list[list[dict[str, float]]]]:
     """policy -> each generator's logged steps in that policy's rollout (the topology ran
     a warm-up rollout, then ``POLICIES`` in order); empty when the log is absent."""
@@ -217,7 +237,10 @@ def _policy_steps(folder: Path) -> dict[str, list[list[dict[str, float]]]]:
     ids = sorted(logs, key=lambda r: (len(r), r))[-len(POLICIES) :]
     if len(ids) < len(POLICIES):
         return {}
-    return {p: list(logs[rid].values()) for p, rid in zip(POLICIES, ids, strict=True)}
+    return {  # each policy's runs in instance order
+        p: [per for _, per in sorted(logs[rid].items())]
+        for p, rid in zip(POLICIES, ids, strict=True)
+    }
 
 
 def _load_average() -> float:
@@ -313,11 +336,24 @@ def run(
                 if policy in by_policy:  # live engine steps against simulated ones
                     logged = [s for per in by_policy[policy] for s in per]
                     live_engine = sum(s["end_s"] - s["start_s"] for s in logged)
+                    # diagnostic: each instance at the speed its own live steps ran
+                    speeds = instance_speeds(by_policy[policy], cost, cfg.num_instances)
+                    norm = simulate(
+                        reqs,
+                        policy,
+                        dataclasses.replace(cfg, instance_speed=speeds),
+                        cost,
+                        acceptance=acceptance,
+                    )
+                    nm = compute_metrics(norm.record)
                     for key, value in (
                         ("live_num_steps", len(logged)),
                         ("sim_num_steps", sum(sim.extra["num_steps"])),
                         ("live_engine_s", live_engine),
                         ("sim_engine_s", sum(sim.extra["engine_s"])),
+                        ("norm_makespan_s", nm["makespan_s"]),
+                        ("norm_makespan_err", _rel(nm["makespan_s"], lm["makespan_s"])),
+                        ("norm_tail_err", _rel(nm["tail_s"], lm["tail_s"])),
                     ):
                         row.setdefault(key, []).append(float(value))
                 for key, value in (
@@ -373,6 +409,10 @@ def run(
         "median_makespan_err": statistics.median(errs),
         "worst_makespan_err": max(errs),
         "median_tail_err": statistics.median(p["tail_err"] for p in policies.values()),
+        # diagnostic (not the validation): each instance at its own live speed
+        "median_norm_makespan_err": _median_of(policies, "norm_makespan_err"),
+        "median_norm_tail_err": _median_of(policies, "norm_tail_err"),
+        **_norm_ranking(policies, live_rank),
         "seeds": seeds,
         "latencies_s": measured_latencies,
         "generator": gen,
@@ -389,7 +429,28 @@ def run(
     return summary
 
 
-def _resolved_ranking(policies: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _norm_ranking(policies: dict[str, dict[str, Any]], live_rank: list[str]) -> dict[str, Any]:
+    """The speed-normalized replay's ranking against the live one (all pairs, and the pairs
+    the live side resolves); empty without step logs."""
+    if not all("norm_makespan_s" in p for p in policies.values()):
+        return {}
+    rank = sorted(policies, key=lambda n: policies[n]["norm_makespan_s"])
+    resolved = _resolved_ranking(policies, "norm_makespan_s")
+    return {
+        "norm_ranking_match": rank == live_rank,
+        "norm_resolved_ranking_match": resolved["resolved_ranking_match"],
+        "norm_resolved_pairs_agree": resolved["resolved_pairs_agree"],
+    }
+
+
+def _median_of(policies: dict[str, dict[str, Any]], key: str) -> float | None:
+    values = [p[key] for p in policies.values() if key in p]
+    return statistics.median(values) if values else None
+
+
+def _resolved_ranking(
+    policies: dict[str, dict[str, Any]], sim_key: str = "sim_makespan_s"
+) -> dict[str, Any]:
     """The ranking on the pairs the live side can tell apart: their live makespans over
     seeds do not overlap. ``ranking_match`` asks for every pair, including those whose
     order live is noise."""
@@ -401,7 +462,7 @@ def _resolved_ranking(policies: dict[str, dict[str, Any]]) -> dict[str, Any]:
         if max(la) < min(lb) or max(lb) < min(la):
             resolved += 1
             live_first = policies[a]["live_makespan_s"] < policies[b]["live_makespan_s"]
-            sim_first = policies[a]["sim_makespan_s"] < policies[b]["sim_makespan_s"]
+            sim_first = policies[a][sim_key] < policies[b][sim_key]
             agree += live_first == sim_first
     return {
         "num_pairs": len(policies) * (len(policies) - 1) // 2,
@@ -427,6 +488,7 @@ def _table(summary: dict[str, Any]) -> Table:
         "preempt live/sim",
         "steps live/sim",
         "engine s live/sim",
+        "err at live speed",
     ):
         t.add_column(c, justify="right")
     for name, p in summary["policies"].items():
@@ -442,6 +504,7 @@ def _table(summary: dict[str, Any]) -> Table:
             f"{p['live_preemptions']:.0f}/{p['sim_preemptions']:.0f}",
             f"{p.get('live_num_steps', 0):.0f}/{p.get('sim_num_steps', 0):.0f}",
             f"{p.get('live_engine_s', 0):.2f}/{p.get('sim_engine_s', 0):.2f}",
+            f"{p['norm_makespan_err']:.1%}" if "norm_makespan_err" in p else "-",
         )
     t.caption = (
         f"makespan error median {summary['median_makespan_err']:.1%}, worst "
@@ -458,4 +521,12 @@ def _table(summary: dict[str, Any]) -> Table:
         )
     if live.get("cpu_over_wall"):
         t.caption += f"; live engine CPU / wall {live['cpu_over_wall']:.2f}"
+    if summary.get("median_norm_makespan_err") is not None:
+        t.caption += (
+            f". Diagnostic, each instance at its own live speed (from its step log): makespan"
+            f" error median {summary['median_norm_makespan_err']:.1%}, tail "
+            f"{summary['median_norm_tail_err']:.1%}, ranking match "
+            f"{summary.get('norm_ranking_match')} ({summary.get('norm_resolved_pairs_agree')} "
+            f"of {summary['num_resolved_pairs']} resolved pairs agree)"
+        )
     return t

@@ -55,3 +55,14 @@ def test_prefill_of_many_requests_interpolates_between_measured_request_counts()
     assert m.prefill_s(256, 64) == pytest.approx(30e-3)  # clamped to the measured counts
     with pytest.raises(CostModelError, match="prefill"):
         CostModel([*rows, {"shape": "s", "kind": "prefill", "B": 1, "tokens": 8, "ms": 0}], "s")
+
+
+def test_a_scaled_table_prices_every_step_by_its_factor() -> None:
+    m = CostModel.builtin("qwen2.5-7b")
+    half = m.scaled(2.0)
+    assert half.decode_s(16, 3000, 2) == pytest.approx(2 * m.decode_s(16, 3000, 2))
+    assert half.prefill_s(4096) == pytest.approx(2 * m.prefill_s(4096))
+    assert half.scaled(0.25).decode_s(8, 1024) == pytest.approx(0.5 * m.decode_s(8, 1024))
+    assert m.speed == 1.0  # the original is untouched
+    with pytest.raises(ValueError, match="factor"):
+        m.scaled(0.0)

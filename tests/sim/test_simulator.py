@@ -147,3 +147,21 @@ def test_finish_times_and_makespan_are_engine_ends_as_live_records_are() -> None
     assert late.makespan_s == pytest.approx(on_time.makespan_s + 0.2)
     with pytest.raises(ValueError, match="step_overhead_s"):
         config(step_overhead_s=-1.0)
+
+
+def test_an_instance_at_half_speed_takes_twice_as_long() -> None:
+    """`instance_speed` (the speed-normalized replay): with no latencies every duration is
+    a step's price, so one instance whose steps cost twice the table finishes its work in
+    exactly twice the time, and two at different speeds split the same schedule apart."""
+    reqs = workload(groups=3)
+    one = config(num_instances=1)
+    base = simulate(reqs, "divided", one, COST)
+    slow = simulate(reqs, "divided", config(num_instances=1, instance_speed=(2.0,)), COST)
+    assert slow.record.makespan_s == pytest.approx(2 * base.record.makespan_s)
+    assert slow.extra["num_steps"] == base.extra["num_steps"]
+    mixed = simulate(reqs, "baseline", config(instance_speed=(1.0, 3.0)), COST)
+    plain = simulate(reqs, "baseline", config(), COST)
+    assert mixed.extra["engine_s"][0] == pytest.approx(plain.extra["engine_s"][0])
+    assert mixed.extra["engine_s"][1] == pytest.approx(3 * plain.extra["engine_s"][1])
+    with pytest.raises(ValueError, match="instance_speed has 1 factors for 2"):
+        simulate(reqs, "divided", config(instance_speed=(1.0,)), COST)

@@ -9,6 +9,7 @@ import pytest
 
 from pipeline.bench.rollout import bench_generator
 from pipeline.sim import profile, validate
+from tests.sim.test_steplog import COST, step
 
 
 @pytest.mark.slow
@@ -43,6 +44,18 @@ def test_tiny_validate_run_writes_the_json_shape(tmp_path: Path) -> None:
     assert len(list((tmp_path / "steps" / "seed0").glob("steps-gen*.jsonl"))) == 2
     assert Path(data["timeline_png"]).stat().st_size > 0
     assert len(list(tmp_path.glob("trace-*-seed0.json"))) == 4
+    # the diagnostic replay, each instance at the speed its own logged steps ran
+    assert all(p["norm_makespan_s"] > 0 for p in data["policies"].values())
+    assert data["median_norm_makespan_err"] >= 0 and "norm_ranking_match" in data
+    assert 0 < live_steps["cpu_over_wall"] <= 1.05
+    assert len(live_steps["per_run_predicted_over_measured"]) == 2 * 4  # generators x policies
+
+
+def test_instance_speeds_are_each_generators_time_over_the_tables_price() -> None:
+    fast = [step(0.0, 0.004, rows=4, ctx=32)]  # the table's price: 4 ms
+    slow = [step(0.0, 0.010, rows=4, ctx=32), step(1.0, 0.002, rows=4, ctx=32)]
+    assert validate.instance_speeds([fast, slow], COST, 2) == pytest.approx((1.0, 1.5))
+    assert validate.instance_speeds([fast], COST, 2) == pytest.approx((1.0, 1.0))  # no log
 
 
 def test_resolved_ranking_counts_only_pairs_whose_live_seeds_do_not_overlap() -> None:
