@@ -3,9 +3,10 @@
 Enabled by the environment variable ``SEER_STEP_LOG=<folder>`` (diagnostic, like
 ``SEER_PROFILE``; the launcher passes the environment to every actor). Per engine step the
 generator keeps one row: when its loop iteration began and the engine call began and ended
-(wall clock, ``time.time()``, the clock chunk records use), the decoding rows, their cached
-context tokens, the prefill and draft tokens, the chunks it finished, and how long it had
-waited for work (nothing queued) since the previous step. On ``EndRollout``
+(wall clock, ``time.time()``, the clock chunk records use) and the worker thread's CPU time
+inside the call, the decoding rows, their cached context tokens (in all, and the longest
+row's), the prefill and draft tokens, the chunks it finished, and how long it had waited
+for work (nothing queued) since the previous step. On ``EndRollout``
 the rows since the last one are appended to ``<folder>/steps-gen<index>.jsonl`` as one
 line ``{"rollout_id", "instance", "steps": [[...], ...]}`` (columns: ``COLUMNS``).
 

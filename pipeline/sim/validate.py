@@ -5,9 +5,9 @@
    cache (``profile.cached_table``; ``--reprofile`` measures again), so that repeated
    validations replay on the same table and differ only by their live side.
 2. Teacher-forced step time, in this process: the validation workload runs through the
-   engine here; every step (decode rows, their mean context, draft tokens, prefill tokens
-   and requests) is priced by the table and compared with its measured time
-   (``teacher_forced``).
+   engine here; every step (decode rows, their context as the table keys it -- the longest
+   row's for the built-in engine's table -- draft tokens, prefill tokens and requests) is
+   priced by the table and compared with its measured time (``teacher_forced``).
 3. Live: ``seer bench rollout``'s topology (2 generator processes, real splitter, estimator,
    scheduler, and draft store when speculating) runs each policy -- baseline, divided,
    context_aware, oracle, each without and with grouped drafts -- on the same workload for
@@ -31,6 +31,12 @@ seeds, relative to the median: the noise floor), preemptions both ways; ``rankin
 the eight configurations in the same order by median makespan live and simulated;
 ``resolved_ranking_match``: the same on the pairs whose live makespans over seeds do not
 overlap (the pairs the live side can order at all).
+5. Diagnostic, speed-normalized replay: the same replay with each simulated instance priced
+   at the speed its live generator ran in that rollout (``instance_speeds``: its logged
+   engine time over the table's price for its own steps). It takes the machine's speed from
+   the run it checks, so it is no validation of the table; it checks the rest of the model
+   (scheduling, KV, batching, overheads, latencies): ``norm_*`` keys per configuration,
+   ``median_norm_makespan_err``, ``norm_ranking_match``.
 """
 
 from __future__ import annotations
