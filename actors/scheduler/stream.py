@@ -6,8 +6,9 @@ function of the prompt's metadata and the tokens, resolved from the scheduler's 
 option, never from the wire) and sent straight to the trainer rank with the fewest tokens so
 far (`Dispatcher`); a group's advantages follow when its last member finishes; a sample that
 ended in "error" is never sent and is counted. At the end `flush` sends every rank its
-`ShardEnd` at once (its request ids and the last groups' advantages, over the same socket as
-its samples: a rank handles its messages in order) and awaits the `ShardHeld` acks
+`ShardEnd` at once (its request ids, the last groups' advantages and, on its rank, the
+rollout's last sample, which `add(last=True)` held back; over the same socket as its
+samples: a rank handles its messages in order) and awaits the `ShardHeld` acks
 concurrently, so each rank holds its whole shard, checked, before the driver hears
 the rollout finished; a rank that is gone or whose shard does not match raises
 `DispatchError` naming it. `summary` is all the driver gets back: rewards,

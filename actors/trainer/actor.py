@@ -13,8 +13,7 @@ environment wins) each actor is one rank of a torch.distributed group (gloo on C
 GPU; rank = the actor's index). Samples then arrive from the data dispatcher
 (`SampleDispatched` and `GroupAdvantages`, one-way, buffered in a `ShardBuffer`); the
 `ShardEnd` call closes the rank's shard (answered with `ShardHeld` once it is complete);
-the `ShardLayout` call then
-starts the data-parallel step
+the `ShardLayout` call then starts the data-parallel step
 (`RankedGRPOTrainer.step_shard`); only rank 0 publishes weights. A rank whose shard does not
 match its layout fails the step on every rank (the ranks agree before training). Every rank
 loads a checkpoint; rank 0 saves them.

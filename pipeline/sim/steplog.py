@@ -28,7 +28,7 @@ from typing import Any
 
 from pipeline.sim.costmodel import CostModel
 
-__all__ = ["overheads", "teacher_forced", "time_split"]
+__all__ = ["overheads", "price", "teacher_forced", "time_split"]
 
 Step = dict[str, float]
 
@@ -61,15 +61,37 @@ def overheads(runs: Iterable[Sequence[Step]]) -> dict[str, float]:
     }
 
 
-def _predict(step: Step, cost: CostModel) -> float:
-    rows = int(step["num_decode_rows"])
-    guess = cost.prefill_s(int(step["num_prefill_tokens"]), int(step["num_prefill_requests"]))
+def price(
+    cost: CostModel,
+    rows: int,
+    context_tokens: float,
+    max_context: float,
+    draft_tokens: float,
+    prefill_tokens: int,
+    prefill_requests: int,
+) -> float:
+    """One engine step's price by the table: its prefill, then its decode rows at the
+    context the table keys (the rows' mean, or the longest row's for a "max" table; the
+    mean when the longest is unknown: a step log from before that column)."""
+    guess = cost.prefill_s(prefill_tokens, prefill_requests)
     if rows:
-        ctx = step["num_decode_context_tokens"] / rows
-        if cost.context == "max" and step.get("num_decode_max_context"):
-            ctx = step["num_decode_max_context"]
-        guess += cost.decode_s(rows, ctx, step["num_draft_tokens"] / rows)
+        ctx = context_tokens / rows
+        if cost.context == "max" and max_context:
+            ctx = max_context
+        guess += cost.decode_s(rows, ctx, draft_tokens / rows)
     return guess
+
+
+def _predict(step: Step, cost: CostModel) -> float:
+    return price(
+        cost,
+        int(step["num_decode_rows"]),
+        step["num_decode_context_tokens"],
+        step.get("num_decode_max_context", 0),
+        step["num_draft_tokens"],
+        int(step["num_prefill_tokens"]),
+        int(step["num_prefill_requests"]),
+    )
 
 
 def _kind(step: Step) -> str:

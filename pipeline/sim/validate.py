@@ -111,15 +111,17 @@ def teacher_forced_error(
         took = time.perf_counter() - start
         for done in result.finished:  # a finished request's KV goes, as live generators
             engine.release(done.request_id)  # release it (parked, it inflated the context)
-        rows = result.num_decode_rows
-        guess = cost.prefill_s(result.num_prefill_tokens, result.num_prefill_requests)
-        if rows:
-            ctx = result.num_decode_context_tokens / rows
-            if cost.context == "max":
-                ctx = result.num_decode_max_context
-            guess += cost.decode_s(rows, ctx, result.num_draft_tokens / rows)
-        if not rows and not result.num_prefill_tokens:
+        if not result.num_decode_rows and not result.num_prefill_tokens:
             continue
+        guess = steplog.price(
+            cost,
+            result.num_decode_rows,
+            result.num_decode_context_tokens,
+            result.num_decode_max_context,
+            result.num_draft_tokens,
+            result.num_prefill_tokens,
+            result.num_prefill_requests,
+        )
         measured += took
         predicted += guess
         errors.append(abs(guess - took) / took)
@@ -223,15 +225,9 @@ def instance_speeds(
     the table that generator ran in that rollout. Input to the speed-normalized replay, a
     diagnostic that takes the machine's speed from the run it checks, so it tests the
     scheduling, KV and batching model, not the cost table."""
-    speeds = []
-    for i in range(num_instances):
-        ratio = (
-            steplog.teacher_forced([runs[i]], cost)["predicted_over_measured"]
-            if i < len(runs)
-            else 0.0
-        )
-        speeds.append(1.0 / ratio if ratio > 0 else 1.0)
-    return tuple(speeds)
+    ratios = [steplog.teacher_forced([steps], cost)["predicted_over_measured"] for steps in runs]
+    ratios += [0.0] * (num_instances - len(ratios))
+    return tuple(1.0 / r if r > 0 else 1.0 for r in ratios[:num_instances])
 
 
 def _policy_steps(folder: Path) -> dict[str, list[list[dict[str, float]]]]:
