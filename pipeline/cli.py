@@ -254,6 +254,7 @@ def _cmd_sim(args: argparse.Namespace) -> int:
             drafts=not args.no_drafts,
             traces=args.traces,
             reprofile=args.reprofile,
+            interleave=not args.fixed_table,
         )
     elif args.what == "gap":
         from pipeline.sim import gap
@@ -427,6 +428,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--reprofile", action="store_true", help="validate: measure the cached table again"
     )
     sim.add_argument("--no-drafts", action="store_true", help="validate: skip +drafts runs")
+    sim.add_argument(
+        "--fixed-table",
+        action="store_true",
+        help="validate: replay on the cached table only (default: a table measured in passes "
+        "between the live blocks, the cached one compared)",
+    )
     sim.add_argument("--traces", help="validate: replay the traces in this folder (no live runs)")
     sim.add_argument("--workload", action="append", help="seer: moonlight, qwen2-vl-72b, kimi-k2")
     sim.add_argument("--scale", type=float, default=1.0, help="seer: fraction of the groups")

@@ -51,7 +51,17 @@ from actors.generator.builtin import StepProfile, build_torch_engine
 from actors.generator.builtin.torch_engine import TorchEngine
 from pipeline.config import build_options
 
-__all__ = ["SHAPE", "cache_key", "cached_table", "profile_engine", "run", "twin_running"]
+__all__ = [
+    "SHAPE",
+    "Sweep",
+    "cache_key",
+    "cached_table",
+    "measure_pass",
+    "profile_engine",
+    "run",
+    "twin_of",
+    "twin_running",
+]
 
 SHAPE = "builtin-cpu"
 FORMAT = 4  # bump when the measurement method changes (cached tables then re-measure)
@@ -186,90 +196,140 @@ def profile_engine(
     generators do: they share the cores' caches and memory bandwidth, and the machine."""
     if passes < 1:
         raise ValueError(f"passes must be >= 1, got {passes}")
-    if not twin:
-        return _profile(
-            gen, batches, contexts, draft_lens, prefills, prefill_segments, steps, passes
-        )
-    middle = sorted(contexts)[len(contexts) // 2]
-    with _twin_running(gen, max(1, max(batches) // 2), middle):
-        table = _profile(
-            gen, batches, contexts, draft_lens, prefills, prefill_segments, steps, passes
-        )
-    table["info"]["twin"] = {"batch": max(1, max(batches) // 2), "ctx": middle}
+    grid = {"batches": batches, "contexts": contexts}
+    sweep = Sweep(gen, batches, contexts, draft_lens, prefills, prefill_segments, steps)
+    pair = twin_of(grid) if twin else None
+    with twin_running(gen, pair) if pair else contextlib.nullcontext():
+        engine = _warm_engine(gen)
+        for _ in range(passes):  # interleaved: a burst of load hits one sample of each point
+            sweep.measure(engine)
+    table = sweep.table()
+    if pair:
+        table["info"]["twin"] = pair
     return table
 
 
-def _profile(
-    gen: dict[str, Any],
-    batches: tuple[int, ...],
-    contexts: tuple[int, ...],
-    draft_lens: tuple[int, ...],
-    prefills: tuple[int, ...],
-    prefill_segments: tuple[int, ...],
-    steps: int,
-    passes: int,
-) -> dict[str, Any]:
-    engine = _engine(gen)
-    _decode_ms(engine, 2, 16, 4)  # warm up
-    load_before = _load_average()
-    start = time.perf_counter()
-    decode: dict[tuple[int, int], list[float]] = {}
-    limit = engine.config.max_prefill_tokens  # the most one step prefills
-    points = [(k, n) for k in prefill_segments for n in prefills if k * n <= limit]
-    prefill: dict[tuple[int, int], list[float]] = {}
-    ratios: dict[int, list[dict[tuple[int, int], float]]] = {}
-    for _ in range(passes):  # interleaved: a burst of load hits one sample of each point
-        for ctx in contexts:
-            profile = StepProfile.measure(engine.model, batches, draft_lens, ctx, repeats=3)
-            ratios.setdefault(ctx, []).append(
+class Sweep:
+    """The grid's samples, pass by pass (every point once per pass); ``table`` gives each
+    point's median over the passes. ``profile_engine`` runs its passes back to back; `seer
+    sim validate` runs one between blocks of live runs (``measure_pass``), so that the
+    table describes the machine while it ran them."""
+
+    def __init__(
+        self,
+        gen: dict[str, Any],
+        batches: tuple[int, ...],
+        contexts: tuple[int, ...],
+        draft_lens: tuple[int, ...] = (0, 1, 2, 4, 8),
+        prefills: tuple[int, ...] = (16, 64, 256, 512),
+        prefill_segments: tuple[int, ...] = (1, 8),
+        steps: int = 12,
+    ) -> None:
+        self.gen = gen
+        self.batches, self.contexts, self.draft_lens = batches, contexts, draft_lens
+        self.prefills, self.prefill_segments, self.steps = prefills, prefill_segments, steps
+        self.decode: dict[tuple[int, int], list[float]] = {}
+        self.prefill: dict[tuple[int, int], list[float]] = {}
+        self.ratios: dict[int, list[dict[tuple[int, int], float]]] = {}
+        self.seconds = 0.0
+        self.loads: list[float] = []
+
+    @property
+    def passes(self) -> int:
+        return min((len(v) for v in self.decode.values()), default=0)
+
+    def measure(self, engine: TorchEngine) -> None:
+        """One pass over the grid on ``engine``."""
+        self.loads.append(_load_average())
+        start = time.perf_counter()
+        limit = engine.config.max_prefill_tokens  # the most one step prefills
+        for ctx in self.contexts:
+            profile = StepProfile.measure(
+                engine.model, self.batches, self.draft_lens, ctx, repeats=3
+            )
+            self.ratios.setdefault(ctx, []).append(
                 {
                     (b, g): profile.seconds(b, g) / profile.seconds(b, 0)
-                    for b in batches
-                    for g in draft_lens
+                    for b in self.batches
+                    for g in self.draft_lens
                 }
             )
-            for b in batches:
-                decode.setdefault((b, ctx), []).append(_decode_ms(engine, b, ctx, steps))
-        for k, n in points:
-            prefill.setdefault((k, n), []).append(_prefill_ms(engine, n, k))
-    rows: list[dict[str, Any]] = []
-    for ctx in contexts:
-        for b in batches:
-            base = statistics.median(decode[(b, ctx)])
-            for g in draft_lens:
-                ratio = statistics.median(r[(b, g)] for r in ratios[ctx])
-                rows.append(
-                    {
-                        "shape": SHAPE,
-                        "kind": "decode",
-                        "B": b,
-                        "g": g,
-                        "ctx": ctx,
-                        "ms": base * ratio,
-                    }
-                )
-    for (k, n), times in prefill.items():  # B requests, `tokens` new tokens in all
-        rows.append(
-            {
-                "shape": SHAPE,
-                "kind": "prefill",
-                "B": k,
-                "tokens": k * n,
-                "ms": statistics.median(times),
-            }
-        )
-    spread = [(max(v) - min(v)) / statistics.median(v) for v in decode.values() if min(v) > 0]
-    info = {
-        "device": "cpu (this machine)",
-        "context": "max",  # a decode row's ctx is its batch's longest context (``staggered``)
-        "generator": gen,
-        "seconds": time.perf_counter() - start,
-        "passes": passes,
-        # max - min over passes relative to the median, per decode point: the median point
-        "decode_spread_median": statistics.median(spread) if spread else 0.0,
-        "load_average": [load_before, _load_average()],
-    }
-    return {"info": info, "rows": rows}
+            for b in self.batches:
+                self.decode.setdefault((b, ctx), []).append(_decode_ms(engine, b, ctx, self.steps))
+        for k in self.prefill_segments:
+            for n in self.prefills:
+                if k * n <= limit:
+                    self.prefill.setdefault((k, n), []).append(_prefill_ms(engine, n, k))
+        self.seconds += time.perf_counter() - start
+        self.loads.append(_load_average())
+
+    def table(self) -> dict[str, Any]:
+        if not self.passes:
+            raise RuntimeError("profile: no pass measured")
+        rows: list[dict[str, Any]] = []
+        for ctx in self.contexts:
+            for b in self.batches:
+                base = statistics.median(self.decode[(b, ctx)])
+                for g in self.draft_lens:
+                    ratio = statistics.median(r[(b, g)] for r in self.ratios[ctx])
+                    rows.append(
+                        {
+                            "shape": SHAPE,
+                            "kind": "decode",
+                            "B": b,
+                            "g": g,
+                            "ctx": ctx,
+                            "ms": base * ratio,
+                        }
+                    )
+        for (k, n), times in self.prefill.items():  # B requests, `tokens` new tokens in all
+            rows.append(
+                {
+                    "shape": SHAPE,
+                    "kind": "prefill",
+                    "B": k,
+                    "tokens": k * n,
+                    "ms": statistics.median(times),
+                }
+            )
+        spread = [
+            (max(v) - min(v)) / statistics.median(v) for v in self.decode.values() if min(v) > 0
+        ]
+        info = {
+            "device": "cpu (this machine)",
+            "context": "max",  # a decode row's ctx is its batch's longest (``staggered``)
+            "generator": self.gen,
+            "seconds": self.seconds,
+            "passes": self.passes,
+            # max - min over passes relative to the median, per decode point: the median
+            "decode_spread_median": statistics.median(spread) if spread else 0.0,
+            "load_average": [self.loads[0], self.loads[-1]],
+        }
+        return {"info": info, "rows": rows}
+
+
+def sweep_of(gen: dict[str, Any], grid: dict[str, Any]) -> Sweep:
+    keys = ("batches", "contexts", "draft_lens", "prefills", "prefill_segments", "steps")
+    return Sweep(gen, **{k: grid[k] for k in keys if k in grid})
+
+
+def _warm_engine(gen: dict[str, Any]) -> TorchEngine:
+    engine = _engine(gen)
+    _decode_ms(engine, 2, 16, 4)  # warm up
+    return engine
+
+
+def twin_of(grid: dict[str, Any]) -> dict[str, int]:
+    """The twin generator a grid is measured beside: half the largest batch, at the middle
+    context."""
+    contexts = sorted(grid["contexts"])
+    return {"batch": max(1, max(grid["batches"]) // 2), "ctx": contexts[len(contexts) // 2]}
+
+
+def measure_pass(sweep: Sweep, twin: dict[str, int] | None) -> None:
+    """One more pass of ``sweep`` on a fresh engine (with ``twin`` stepping alongside)."""
+    with twin_running(sweep.gen, twin) if twin else contextlib.nullcontext():
+        sweep.measure(_warm_engine(sweep.gen))
 
 
 def _load_average() -> float:
@@ -279,7 +339,7 @@ def _load_average() -> float:
         return float("nan")
 
 
-def _grid(quick: bool, twin: bool = True) -> dict[str, Any]:
+def grid(quick: bool, twin: bool = True) -> dict[str, Any]:
     if quick:
         return {
             "batches": (1, 2, 4, 8, 16),
@@ -313,7 +373,7 @@ def cache_key(gen: dict[str, Any], quick: bool, twin: bool = True) -> str:
     what = {
         "format": FORMAT,
         "generator": gen,
-        "grid": _grid(quick, twin),
+        "grid": grid(quick, twin),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "cpu": _cpu_model(),
@@ -365,7 +425,7 @@ def run(
     from pipeline.bench.rollout import bench_generator
 
     gen = gen or bench_generator(quick)
-    table = profile_engine(gen, **_grid(quick, twin))
+    table = profile_engine(gen, **grid(quick, twin))
     path = Path(json_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")

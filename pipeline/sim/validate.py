@@ -230,6 +230,120 @@ def instance_speeds(
     return tuple(1.0 / r if r > 0 else 1.0 for r in ratios[:num_instances])
 
 
+@dataclasses.dataclass
+class _Block:
+    """One seed's live runs of every policy with one speculation setting."""
+
+    seed: int
+    suffix: str  # "" or "+drafts"
+    workload: Workload
+    live: dict[str, list[RolloutRecord]]
+    steps: dict[str, list[list[dict[str, float]]]]  # policy -> each generator's steps
+
+
+_Replayed = tuple[
+    dict[str, dict[str, list[float]]],
+    dict[str, RolloutRecord],
+    dict[str, list[dict[str, float]]],
+    list[dict[str, float]],
+    list[list[dict[str, float]]],
+]
+
+
+def _replay(
+    blocks: list[_Block],
+    gen: dict[str, Any],
+    chunk_size: int,
+    cost: CostModel,
+    acceptance: Any,
+    *,
+    normalize: bool,
+) -> _Replayed:
+    """Every block's traces through the simulator priced by ``cost``: per configuration the
+    live and simulated figures seed by seed (``normalize``: also the speed-normalized
+    replay), example records for the timeline, where the live generators' time went, the
+    measured latencies and every logged step."""
+    rows: dict[str, dict[str, list[float]]] = {}
+    examples: dict[str, RolloutRecord] = {}
+    splits: dict[str, list[dict[str, float]]] = {}
+    measured_latencies: list[dict[str, float]] = []
+    all_steps: list[list[dict[str, float]]] = []
+    for block in blocks:
+        lat = latencies([rs[0] for rs in block.live.values()])
+        runs = [s for per in block.steps.values() for s in per]
+        over = steplog.overheads(runs) if runs else {}
+        all_steps += runs
+        for policy, per in block.steps.items():
+            splits.setdefault(policy + block.suffix, []).extend(steplog.time_split(s) for s in per)
+        measured_latencies.append({"dispatch": lat[0], "result": lat[1], "start": lat[2], **over})
+        for policy, records in block.live.items():
+            name = policy + block.suffix
+            record = records[0]
+            reqs = from_record(record, block.workload.max_new_tokens)
+            cfg = _sim_config(gen, chunk_size, bool(block.suffix), block.seed, lat, over)
+            sim = simulate(reqs, policy, cfg, cost, acceptance=acceptance)
+            lm, sm = compute_metrics(record), compute_metrics(sim.record)
+            row = rows.setdefault(name, {})
+            if normalize and policy in block.steps:  # live engine steps against simulated
+                logged = [s for per in block.steps[policy] for s in per]
+                live_engine = sum(s["end_s"] - s["start_s"] for s in logged)
+                # diagnostic: each instance at the speed its own live steps ran
+                speeds = instance_speeds(block.steps[policy], cost, cfg.num_instances)
+                norm = simulate(
+                    reqs,
+                    policy,
+                    dataclasses.replace(cfg, instance_speed=speeds),
+                    cost,
+                    acceptance=acceptance,
+                )
+                nm = compute_metrics(norm.record)
+                for key, value in (
+                    ("live_num_steps", len(logged)),
+                    ("sim_num_steps", sum(sim.extra["num_steps"])),
+                    ("live_engine_s", live_engine),
+                    ("sim_engine_s", sum(sim.extra["engine_s"])),
+                    ("norm_makespan_s", nm["makespan_s"]),
+                    ("norm_makespan_err", _rel(nm["makespan_s"], lm["makespan_s"])),
+                    ("norm_tail_err", _rel(nm["tail_s"], lm["tail_s"])),
+                ):
+                    row.setdefault(key, []).append(float(value))
+            for key, value in (
+                ("live_makespan_s", lm["makespan_s"]),
+                ("sim_makespan_s", sm["makespan_s"]),
+                ("makespan_err", _rel(sm["makespan_s"], lm["makespan_s"])),
+                ("live_tail_s", lm["tail_s"]),
+                ("sim_tail_s", sm["tail_s"]),
+                ("tail_err", _rel(sm["tail_s"], lm["tail_s"])),
+                # the tail is the last 10% of requests (3 of 32): a small absolute
+                # time, so its relative error is large; the absolute one beside it
+                ("tail_abs_err_s", abs(sm["tail_s"] - lm["tail_s"])),
+                ("live_preemptions", lm["num_preemptions"]),
+                ("sim_preemptions", sm["num_preemptions"]),
+                ("live_accept_len", lm["mean_accept_len"]),
+                ("sim_accept_len", sm["mean_accept_len"]),
+            ):
+                row.setdefault(key, []).append(float(value))
+            if block.seed == 0 and not block.suffix:
+                examples[f"live {policy}"] = record
+                examples[f"sim {policy}"] = sim.record
+    return rows, examples, splits, measured_latencies, all_steps
+
+
+def _summarize(rows: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, Any]]:
+    """Per configuration: medians over seeds, the live spread and the per-seed makespans."""
+    policies: dict[str, dict[str, Any]] = {}
+    for name, row in rows.items():
+        lives = row["live_makespan_s"]
+        med = statistics.median(lives)
+        policies[name] = {
+            **{k: statistics.median(v) for k, v in row.items()},
+            "live_spread": (max(lives) - min(lives)) / med if med > 0 else 0.0,
+            "live_makespans_s": lives,
+            "sim_makespans_s": row["sim_makespan_s"],
+        }
+    return policies
+
+
 def _policy_steps(folder: Path) -> dict[str, list[list[dict[str, float]]]]:
     """policy -> each generator's logged steps in that policy's rollout (the topology ran
     a warm-up rollout, then ``POLICIES`` in order); empty when the log is absent."""
@@ -267,6 +381,7 @@ def run(
     drafts: bool = True,
     traces: str | None = None,
     reprofile: bool = False,
+    interleave: bool = True,
 ) -> dict[str, Any]:
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
@@ -278,32 +393,30 @@ def run(
     folder.mkdir(parents=True, exist_ok=True)
     gen = bench_generator(size != "full")
     solo: CostModel | None = None  # the table measured alone, for comparison
+    fixed: str | None = table  # a table measured once (the cache's or --table)
     if table is None:
         console.print("cost table: this machine's profile (cached, or measured now) ...")
         path, was_cached = sim_profile.cached_table(gen, size != "full", refresh=reprofile)
-        table = str(path)
-        console.print(f"cost table {table} ({'from the cache' if was_cached else 'measured now'})")
+        fixed = str(path)
+        console.print(f"cost table {fixed} ({'from the cache' if was_cached else 'measured now'})")
         alone, _ = sim_profile.cached_table(gen, size != "full", refresh=reprofile, twin=False)
         solo = CostModel.from_table(load_table(alone), sim_profile.SHAPE)
-    table_data = load_table(table)
-    cost = CostModel.from_table(table_data, sim_profile.SHAPE)
-    twin = table_data.get("info", {}).get("twin")
-    with sim_profile.twin_running(gen, twin) if twin else contextlib.nullcontext():
-        # in the conditions the table was measured in (a twin generator stepping alongside)
-        teacher = teacher_forced_error(_workload(size, 0), gen, cost)
-    console.print(
-        f"teacher-forced: {teacher['num_steps']} engine steps, total step time error "
-        f"{teacher['step_time_err']:.1%} (per step, median {teacher['per_step_median_err']:.1%})"
-    )
+    assert fixed is not None
+    fixed_data = load_table(fixed)
+    fixed_cost = CostModel.from_table(fixed_data, sim_profile.SHAPE)
+    # the table the replays use: by default measured in passes between the live blocks
+    sweep: sim_profile.Sweep | None = None
+    grid = sim_profile.grid(size != "full")
+    pair = sim_profile.twin_of(grid)
+    if interleave and table is None and traces is None:
+        sweep = sim_profile.sweep_of(gen, grid)
+        console.print("profile pass 1 (the table is measured between the live blocks)")
+        sim_profile.measure_pass(sweep, pair)
     acceptance = measure_acceptance(RANDOM_TEXT) if drafts else None
     variants = [("", {"spec": {"mode": "off"}})]
     if drafts:
         variants.append(("+drafts", {"spec": {"mode": "group"}}))
-    rows: dict[str, dict[str, list[float]]] = {}
-    measured_latencies: list[dict[str, float]] = []
-    all_steps: list[list[dict[str, float]]] = []
-    splits: dict[str, list[dict[str, float]]] = {}
-    examples: dict[str, RolloutRecord] = {}
+    blocks: list[_Block] = []
     for seed in range(seeds):
         workload = _workload(size, seed)
         for suffix, spec in variants:
@@ -315,78 +428,36 @@ def run(
                 }
             else:
                 live = _live(workload, {**gen, **spec}, chunk_size, console, steps_dir)
-            lat = latencies([rs[0] for rs in live.values()])
-            by_policy = _policy_steps(steps_dir)
-            runs = [s for per in by_policy.values() for s in per]
-            over = steplog.overheads(runs) if runs else {}
-            all_steps += runs
-            for policy, per in by_policy.items():
-                splits.setdefault(policy + suffix, []).extend(steplog.time_split(s) for s in per)
-            measured_latencies.append(
-                {"dispatch": lat[0], "result": lat[1], "start": lat[2], **over}
-            )
-            for policy, records in live.items():
-                name = policy + suffix
-                record = records[0]
-                if not traces:
-                    save_trace(record, folder / f"trace-{name}-seed{seed}.json")
-                reqs = from_record(record, workload.max_new_tokens)
-                cfg = _sim_config(gen, chunk_size, bool(suffix), seed, lat, over)
-                sim = simulate(reqs, policy, cfg, cost, acceptance=acceptance)
-                lm, sm = compute_metrics(record), compute_metrics(sim.record)
-                row = rows.setdefault(name, {})
-                if policy in by_policy:  # live engine steps against simulated ones
-                    logged = [s for per in by_policy[policy] for s in per]
-                    live_engine = sum(s["end_s"] - s["start_s"] for s in logged)
-                    # diagnostic: each instance at the speed its own live steps ran
-                    speeds = instance_speeds(by_policy[policy], cost, cfg.num_instances)
-                    norm = simulate(
-                        reqs,
-                        policy,
-                        dataclasses.replace(cfg, instance_speed=speeds),
-                        cost,
-                        acceptance=acceptance,
-                    )
-                    nm = compute_metrics(norm.record)
-                    for key, value in (
-                        ("live_num_steps", len(logged)),
-                        ("sim_num_steps", sum(sim.extra["num_steps"])),
-                        ("live_engine_s", live_engine),
-                        ("sim_engine_s", sum(sim.extra["engine_s"])),
-                        ("norm_makespan_s", nm["makespan_s"]),
-                        ("norm_makespan_err", _rel(nm["makespan_s"], lm["makespan_s"])),
-                        ("norm_tail_err", _rel(nm["tail_s"], lm["tail_s"])),
-                    ):
-                        row.setdefault(key, []).append(float(value))
-                for key, value in (
-                    ("live_makespan_s", lm["makespan_s"]),
-                    ("sim_makespan_s", sm["makespan_s"]),
-                    ("makespan_err", _rel(sm["makespan_s"], lm["makespan_s"])),
-                    ("live_tail_s", lm["tail_s"]),
-                    ("sim_tail_s", sm["tail_s"]),
-                    ("tail_err", _rel(sm["tail_s"], lm["tail_s"])),
-                    # the tail is the last 10% of requests (3 of 32): a small absolute
-                    # time, so its relative error is large; the absolute one beside it
-                    ("tail_abs_err_s", abs(sm["tail_s"] - lm["tail_s"])),
-                    ("live_preemptions", lm["num_preemptions"]),
-                    ("sim_preemptions", sm["num_preemptions"]),
-                    ("live_accept_len", lm["mean_accept_len"]),
-                    ("sim_accept_len", sm["mean_accept_len"]),
-                ):
-                    row.setdefault(key, []).append(float(value))
-                if seed == 0 and not suffix:
-                    examples[f"live {policy}"] = record
-                    examples[f"sim {policy}"] = sim.record
-    policies: dict[str, dict[str, Any]] = {}
-    for name, row in rows.items():
-        lives = row["live_makespan_s"]
-        med = statistics.median(lives)
-        policies[name] = {
-            **{k: statistics.median(v) for k, v in row.items()},
-            "live_spread": (max(lives) - min(lives)) / med if med > 0 else 0.0,
-            "live_makespans_s": lives,
-            "sim_makespans_s": row["sim_makespan_s"],
-        }
+                for policy, records in live.items():
+                    save_trace(records[0], folder / f"trace-{policy}{suffix}-seed{seed}.json")
+                if sweep is not None:
+                    console.print(f"profile pass {sweep.passes + 1}")
+                    sim_profile.measure_pass(sweep, pair)
+            blocks.append(_Block(seed, suffix, workload, live, _policy_steps(steps_dir)))
+    if sweep is not None:
+        table_data = sweep.table()
+        table_data["info"]["twin"] = pair
+        table = str(folder / "profile-interleaved.json")
+        Path(table).write_text(json.dumps(table_data, indent=1))
+        console.print(
+            f"cost table {table}: {sweep.passes} passes between the live blocks, "
+            f"median point spread {table_data['info']['decode_spread_median']:.1%}"
+        )
+    else:
+        table, table_data = fixed, fixed_data
+    cost = CostModel.from_table(table_data, sim_profile.SHAPE)
+    twin = table_data.get("info", {}).get("twin")
+    with sim_profile.twin_running(gen, twin) if twin else contextlib.nullcontext():
+        # in the conditions the table was measured in (a twin generator stepping alongside)
+        teacher = teacher_forced_error(_workload(size, 0), gen, cost)
+    console.print(
+        f"teacher-forced: {teacher['num_steps']} engine steps, total step time error "
+        f"{teacher['step_time_err']:.1%} (per step, median {teacher['per_step_median_err']:.1%})"
+    )
+    rows, examples, splits, measured_latencies, all_steps = _replay(
+        blocks, gen, chunk_size, cost, acceptance, normalize=True
+    )
+    policies = _summarize(rows)
     for name, parts in splits.items():  # where the live generators' time went
         policies[name]["live_time_split"] = {
             k: statistics.median(p[k] for p in parts) for k in parts[0]
@@ -397,6 +468,24 @@ def run(
     live_steps = steplog.teacher_forced(all_steps, cost) if all_steps else None
     if live_steps is not None and solo is not None:  # which conditions the live steps match
         live_steps["solo_table"] = steplog.teacher_forced(all_steps, solo)
+    once: dict[str, Any] | None = None
+    if sweep is not None:  # the same replays priced by the table measured once, earlier
+        fixed_rows = _replay(blocks, gen, chunk_size, fixed_cost, acceptance, normalize=False)[0]
+        fixed_policies = _summarize(fixed_rows)
+        fixed_errs = [p["makespan_err"] for p in fixed_policies.values()]
+        fixed_rank = sorted(fixed_policies, key=lambda n: fixed_policies[n]["sim_makespan_s"])
+        once = {
+            "cost_table": fixed,
+            "median_makespan_err": statistics.median(fixed_errs),
+            "worst_makespan_err": max(fixed_errs),
+            "median_tail_err": statistics.median(p["tail_err"] for p in fixed_policies.values()),
+            "ranking_match": fixed_rank == live_rank,
+            "step_time_err": (
+                steplog.teacher_forced(all_steps, fixed_cost)["step_time_err"]
+                if all_steps
+                else None
+            ),
+        }
     summary = {
         "policies": policies,
         "ranking_match": live_rank == sim_rank,
@@ -421,6 +510,9 @@ def run(
         "chunk_size": chunk_size,
         "cost_table": table,
         "cost_table_info": table_data.get("info", {}),
+        # "interleaved": passes between the live blocks; "fixed": measured once (cache/--table)
+        "table_source": "interleaved" if sweep is not None else "fixed",
+        "fixed_table": once,
         "load_average": _load_average(),
     }
     console.print(_table(summary))

@@ -33,6 +33,7 @@ def test_tiny_validate_run_writes_the_json_shape(tmp_path: Path) -> None:
     assert isinstance(data["ranking_match"], bool)
     assert data["step_time_err"] >= 0 and data["teacher_forced"]["num_steps"] > 0
     assert data["cost_table_info"]["twin"] == {"batch": 8, "ctx": 96}  # checked with it too
+    assert data["table_source"] == "fixed" and data["fixed_table"] is None  # --table given
     # the live generators logged their steps: priced by the table, and their time outside
     # engine calls measured (and given to the simulator)
     live_steps = data["live_step_time"]
@@ -72,3 +73,39 @@ def test_resolved_ranking_counts_only_pairs_whose_live_seeds_do_not_overlap() ->
     assert not out["resolved_ranking_match"] and out["num_pairs"] == 3
     single = {k: {**v, "live_makespans_s": v["live_makespans_s"][:1]} for k, v in policies.items()}
     assert validate._resolved_ranking(single)["num_resolved_pairs"] == 0
+
+
+TINY_GRID = {
+    "batches": (1, 4, 16),
+    "contexts": (32, 96),
+    "prefills": (16, 64),
+    "steps": 4,
+    "passes": 1,
+}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_tiny_validate_measures_its_table_between_the_live_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(profile, "grid", lambda quick, twin=True: {**TINY_GRID, "twin": twin})
+    monkeypatch.setenv("SEER_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "sim-validate.json"
+    validate.run(str(out), size="tiny", seeds=2, drafts=False)
+    data = json.loads(out.read_text())
+    assert data["table_source"] == "interleaved"
+    # one pass before the live runs and one after each seed's block
+    info = data["cost_table_info"]
+    assert info["passes"] == 3 and info["twin"] == {"batch": 8, "ctx": 96}
+    table = json.loads((tmp_path / "profile-interleaved.json").read_text())
+    assert data["cost_table"] == str(tmp_path / "profile-interleaved.json")
+    assert {(r["B"], r["ctx"]) for r in table["rows"] if r["kind"] == "decode"} == {
+        (b, c) for b in (1, 4, 16) for c in (32, 96)
+    }
+    # the same replays priced by the cached table, measured once before
+    fixed = data["fixed_table"]
+    assert fixed["cost_table"].startswith(str(tmp_path / "cache"))
+    assert fixed["median_makespan_err"] >= 0 and isinstance(fixed["ranking_match"], bool)
+    assert fixed["step_time_err"] >= 0
+    assert all(len(p["live_makespans_s"]) == 2 for p in data["policies"].values())
