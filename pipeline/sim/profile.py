@@ -19,7 +19,9 @@ grids): what one generator's step costs while the other runs.
 Stability: the grid is measured in ``passes`` interleaved passes (every point once per
 pass) and each point's table value is the median over passes, so a burst of load during
 one pass moves no row by much; the table's ``info`` records the load average before and
-after. ``--quick``: a small grid for the validation workload.
+after. ``Sweep`` holds the samples pass by pass, so passes can also be spread over a
+longer stretch (`seer sim validate` runs one between blocks of live runs:
+``measure_pass``). ``--quick``: a small grid for the validation workload.
 
 Cache (``cached_table``): a table depends on the machine, not on the run, so `seer sim
 validate` profiles once per machine and reuses the file: ``<cache dir>/profiles/<key>.json``

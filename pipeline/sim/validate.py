@@ -1,9 +1,14 @@
 """`seer sim validate`: the simulator against live rollouts on this machine.
 
-1. Cost table: ``seer profile`` of the built-in engine (or ``--table``), measured
-   separately from the runs it must predict: once per machine, then reused from the profile
-   cache (``profile.cached_table``; ``--reprofile`` measures again), so that repeated
-   validations replay on the same table and differ only by their live side.
+1. Cost table: ``seer profile``'s sweep of the built-in engine, measured separately from the
+   runs it must predict (a twin generator process stepping alongside, as live). By default
+   in passes between the live blocks (one before the first, one after each seed's block:
+   ``profile.Sweep``, written as ``profile-interleaved.json`` beside the JSON), each point
+   the median over the passes, so that the table describes the machine while it ran the
+   live side; one profile taken minutes earlier priced the same work 0.67-1.14x on this
+   host. The cached per-machine table (``profile.cached_table``; ``--reprofile`` measures it
+   again) is replayed too and reported as ``fixed_table``; ``--fixed-table`` replays on it
+   alone, ``--table`` on a given one.
 2. Teacher-forced step time, in this process: the validation workload runs through the
    engine here; every step (decode rows, their context as the table keys it -- the longest
    row's for the built-in engine's table -- draft tokens, prefill tokens and requests) is
@@ -25,12 +30,21 @@
    step and per reported chunk (``steplog.overheads``). With drafts, acceptance comes from
    real suffix trees over independent random tokens of the model's vocabulary (the bench
    model is random, so its siblings share no text).
-Per configuration: medians over seeds of live and simulated makespan and tail time, the
-median relative errors (and the tail's absolute one), the live spread (max - min over
-seeds, relative to the median: the noise floor), preemptions both ways; ``ranking_match``:
-the eight configurations in the same order by median makespan live and simulated;
-``resolved_ranking_match``: the same on the pairs whose live makespans over seeds do not
-overlap (the pairs the live side can order at all).
+   Instance speed: on this host two processes doing the same work run at different
+   speeds, and a rollout waits for the slower one. Each replay is run ``DRAWS`` times with
+   each instance's cost factor drawn from the *other* seeds' live generators (their logged
+   engine time over the table's price for their own steps: ``cost_factors``, leave one seed
+   out, so no run's own speed prices its replay); simulated makespan and tail are the
+   medians over the draws. ``table_*``: the factors around the table's level (their spread
+   only); ``uniform_*``: every instance at the table's price.
+Per configuration: medians over seeds of live and simulated makespan and tail time, their
+relative errors (``makespan_err``, ``tail_err``; ``per_seed_*``: the median of the seeds'
+own errors, a single live run's noise in each), the live spread (max - min over seeds,
+relative to the median), the noise floor (``noise_floor_*``: the error a perfect simulator
+would show were the live runs as noisy as its draws), preemptions both ways;
+``ranking_match``: the eight configurations in the same order by median makespan live and
+simulated; ``resolved_ranking_match``: the same on the pairs whose live makespans over
+seeds do not overlap (the pairs the live side can order at all).
 5. Diagnostic, speed-normalized replay: the same replay with each simulated instance priced
    at the speed its live generator ran in that rollout (``instance_speeds``: its logged
    engine time over the table's price for its own steps). It takes the machine's speed from
@@ -258,16 +272,22 @@ def _replay(
     acceptance: Any,
     *,
     normalize: bool,
+    pools: dict[int, list[float]] | None = None,
+    spread_pools: dict[int, list[float]] | None = None,
 ) -> _Replayed:
     """Every block's traces through the simulator priced by ``cost``: per configuration the
     live and simulated figures seed by seed (``normalize``: also the speed-normalized
-    replay), example records for the timeline, where the live generators' time went, the
-    measured latencies and every logged step."""
+    replay; ``pools``: the simulated makespan and tail are medians over replays with each
+    instance's cost factor drawn from its seed's pool; ``spread_pools``: the same as
+    ``table_*``; ``uniform_*``: every instance at the table's price), example records for
+    the timeline, where the live generators' time went, the measured latencies and every
+    logged step."""
     rows: dict[str, dict[str, list[float]]] = {}
     examples: dict[str, RolloutRecord] = {}
     splits: dict[str, list[dict[str, float]]] = {}
     measured_latencies: list[dict[str, float]] = []
     all_steps: list[list[dict[str, float]]] = []
+    draws: dict[str, list[tuple[list[float], list[float]]]] = {}  # per seed, drawn replays
     for block in blocks:
         lat = latencies([rs[0] for rs in block.live.values()])
         runs = [s for per in block.steps.values() for s in per]
@@ -307,16 +327,31 @@ def _replay(
                     ("norm_tail_err", _rel(nm["tail_s"], lm["tail_s"])),
                 ):
                     row.setdefault(key, []).append(float(value))
+            makespan, tail = sm["makespan_s"], sm["tail_s"]
+            pool = (pools or {}).get(block.seed)
+            if pool:
+                draw_key = (block.seed, POLICIES.index(policy), int(bool(block.suffix)))
+                spans, tails = _drawn(reqs, policy, cfg, cost, acceptance, pool, draw_key)
+                makespan, tail = statistics.median(spans), statistics.median(tails)
+                draws.setdefault(name, []).append((spans, tails))
+            spread = (spread_pools or {}).get(block.seed)
+            if spread:
+                draw_key = (block.seed, POLICIES.index(policy), int(bool(block.suffix)))
+                table = _drawn(reqs, policy, cfg, cost, acceptance, spread, draw_key)
+                row.setdefault("table_makespan_s", []).append(statistics.median(table[0]))
+                row.setdefault("table_tail_s", []).append(statistics.median(table[1]))
             for key, value in (
                 ("live_makespan_s", lm["makespan_s"]),
-                ("sim_makespan_s", sm["makespan_s"]),
-                ("makespan_err", _rel(sm["makespan_s"], lm["makespan_s"])),
+                ("sim_makespan_s", makespan),
+                ("per_seed_makespan_err", _rel(makespan, lm["makespan_s"])),
+                ("uniform_makespan_s", sm["makespan_s"]),
                 ("live_tail_s", lm["tail_s"]),
-                ("sim_tail_s", sm["tail_s"]),
-                ("tail_err", _rel(sm["tail_s"], lm["tail_s"])),
+                ("sim_tail_s", tail),
+                ("per_seed_tail_err", _rel(tail, lm["tail_s"])),
+                ("uniform_tail_s", sm["tail_s"]),
                 # the tail is the last 10% of requests (3 of 32): a small absolute
                 # time, so its relative error is large; the absolute one beside it
-                ("tail_abs_err_s", abs(sm["tail_s"] - lm["tail_s"])),
+                ("tail_abs_err_s", abs(tail - lm["tail_s"])),
                 ("live_preemptions", lm["num_preemptions"]),
                 ("sim_preemptions", sm["num_preemptions"]),
                 ("live_accept_len", lm["mean_accept_len"]),
@@ -326,17 +361,112 @@ def _replay(
             if block.seed == 0 and not block.suffix:
                 examples[f"live {policy}"] = record
                 examples[f"sim {policy}"] = sim.record
+    for name, per_seed in draws.items():  # how noisy live medians are, were runs draws
+        row = rows[name]
+        row["noise_floor_makespan_err"] = [noise_floor([spans for spans, _ in per_seed])]
+        row["noise_floor_tail_err"] = [noise_floor([tails for _, tails in per_seed])]
     return rows, examples, splits, measured_latencies, all_steps
 
 
+DRAWS = 9  # speed draws per replay (odd: the median is one of them)
+
+
+def cost_factors(
+    blocks: list[_Block], cost: CostModel, *, level: bool = True
+) -> dict[int, list[float]]:
+    """Per seed: the cost factors the live generator processes ran at, from every *other*
+    seed's runs, so that no run's own speed prices its replay (leave one seed out): each
+    generator's logged engine time in a rollout over the table's price for its own steps.
+    ``level``: as measured (the pool sets how fast the live topology runs, relative to the
+    table, and how unevenly); otherwise over the pool's median (the table sets the level,
+    the pool only the spread around it). On a shared host two processes doing the same work
+    run at different speeds and a rollout waits for the slower one, so a replay with every
+    instance at one price finishes early and with a short tail. Empty for a seed with no
+    other seed's step logs."""
+    per_seed: dict[int, list[float]] = {}
+    for block in blocks:
+        for runs in block.steps.values():
+            logged = [steps for steps in runs if steps]
+            per_seed.setdefault(block.seed, []).extend(instance_speeds(logged, cost, len(logged)))
+    pools: dict[int, list[float]] = {}
+    for seed in per_seed:
+        pool = [f for other, fs in per_seed.items() if other != seed for f in fs]
+        if pool:
+            middle = 1.0 if level else statistics.median(pool)
+            pools[seed] = sorted(f / middle for f in pool)
+    return pools
+
+
+def _drawn(
+    reqs: Any,
+    policy: str,
+    cfg: SimConfig,
+    cost: CostModel,
+    acceptance: Any,
+    pool: list[float],
+    key: tuple[int, ...],
+) -> tuple[list[float], list[float]]:
+    """Makespans and tails of ``DRAWS`` replays, each instance's cost factor drawn from
+    ``pool`` (seeded by ``key``: the same draws every time)."""
+    rng = np.random.default_rng(key)
+    makespans, tails = [], []
+    for factors in rng.choice(pool, size=(DRAWS, cfg.num_instances)):
+        speeds = tuple(float(f) for f in factors)
+        sim = simulate(
+            reqs,
+            policy,
+            dataclasses.replace(cfg, instance_speed=speeds),
+            cost,
+            acceptance=acceptance,
+        )
+        m = compute_metrics(sim.record)
+        makespans.append(m["makespan_s"])
+        tails.append(m["tail_s"])
+    return makespans, tails
+
+
+def noise_floor(draws: list[list[float]], samples: int = 400, seed: int = 0) -> float:
+    """The error a perfect simulator would show against live runs as noisy as its draws:
+    ``draws`` holds each seed's drawn replays; were each seed's live run one of them, the
+    median over seeds of one run per seed would miss the median over seeds of the draws'
+    medians (what is reported as simulated) by this much, relatively (the median over
+    ``samples`` resamplings)."""
+    centre = statistics.median(statistics.median(d) for d in draws)
+    if not centre > 0:
+        return 0.0
+    rng = np.random.default_rng(seed)
+    errs = []
+    for _ in range(samples):
+        picked = [d[int(rng.integers(len(d)))] for d in draws]
+        errs.append(abs(statistics.median(picked) - centre) / centre)
+    return statistics.median(errs)
+
+
 def _summarize(rows: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, Any]]:
-    """Per configuration: medians over seeds, the live spread and the per-seed makespans."""
+    """Per configuration: medians over seeds, their errors (``makespan_err``: the simulated
+    median against the live one; ``per_seed_makespan_err``: the median of the seeds'
+    errors, each a single live run's noise included), the live spread and the per-seed
+    makespans."""
     policies: dict[str, dict[str, Any]] = {}
     for name, row in rows.items():
         lives = row["live_makespan_s"]
         med = statistics.median(lives)
+        medians = {k: statistics.median(v) for k, v in row.items()}
         policies[name] = {
-            **{k: statistics.median(v) for k, v in row.items()},
+            **medians,
+            # the medians over seeds, simulated against live
+            "makespan_err": _rel(medians["sim_makespan_s"], med),
+            "tail_err": _rel(medians["sim_tail_s"], medians["live_tail_s"]),
+            "uniform_makespan_err": _rel(medians["uniform_makespan_s"], med),
+            "uniform_tail_err": _rel(medians["uniform_tail_s"], medians["live_tail_s"]),
+            **(
+                {
+                    "table_makespan_err": _rel(medians["table_makespan_s"], med),
+                    "table_tail_err": _rel(medians["table_tail_s"], medians["live_tail_s"]),
+                }
+                if "table_makespan_s" in medians
+                else {}
+            ),
             "live_spread": (max(lives) - min(lives)) / med if med > 0 else 0.0,
             "live_makespans_s": lives,
             "sim_makespans_s": row["sim_makespan_s"],
@@ -454,8 +584,16 @@ def run(
         f"teacher-forced: {teacher['num_steps']} engine steps, total step time error "
         f"{teacher['step_time_err']:.1%} (per step, median {teacher['per_step_median_err']:.1%})"
     )
+    pools = cost_factors(blocks, cost)
     rows, examples, splits, measured_latencies, all_steps = _replay(
-        blocks, gen, chunk_size, cost, acceptance, normalize=True
+        blocks,
+        gen,
+        chunk_size,
+        cost,
+        acceptance,
+        normalize=True,
+        pools=pools,
+        spread_pools=cost_factors(blocks, cost, level=False),
     )
     policies = _summarize(rows)
     for name, parts in splits.items():  # where the live generators' time went
@@ -470,7 +608,15 @@ def run(
         live_steps["solo_table"] = steplog.teacher_forced(all_steps, solo)
     once: dict[str, Any] | None = None
     if sweep is not None:  # the same replays priced by the table measured once, earlier
-        fixed_rows = _replay(blocks, gen, chunk_size, fixed_cost, acceptance, normalize=False)[0]
+        fixed_rows = _replay(
+            blocks,
+            gen,
+            chunk_size,
+            fixed_cost,
+            acceptance,
+            normalize=False,
+            pools=cost_factors(blocks, fixed_cost),
+        )[0]
         fixed_policies = _summarize(fixed_rows)
         fixed_errs = [p["makespan_err"] for p in fixed_policies.values()]
         fixed_rank = sorted(fixed_policies, key=lambda n: fixed_policies[n]["sim_makespan_s"])
@@ -500,6 +646,22 @@ def run(
         "median_makespan_err": statistics.median(errs),
         "worst_makespan_err": max(errs),
         "median_tail_err": statistics.median(p["tail_err"] for p in policies.values()),
+        # the same with each seed's error, a single live run's noise in it
+        "median_per_seed_makespan_err": _median_of(policies, "per_seed_makespan_err"),
+        "median_per_seed_tail_err": _median_of(policies, "per_seed_tail_err"),
+        # every instance at the table's price (no speed draws)
+        "median_uniform_makespan_err": _median_of(policies, "uniform_makespan_err"),
+        "median_uniform_tail_err": _median_of(policies, "uniform_tail_err"),
+        "uniform_ranking_match": live_rank
+        == sorted(policies, key=lambda n: policies[n]["uniform_makespan_s"]),
+        # what a perfect simulator would show, the live runs as noisy as the draws
+        "median_noise_floor_makespan_err": _median_of(policies, "noise_floor_makespan_err"),
+        "median_noise_floor_tail_err": _median_of(policies, "noise_floor_tail_err"),
+        # cost factors drawn around the table's level (the pools' spread only)
+        "median_table_makespan_err": _median_of(policies, "table_makespan_err"),
+        "median_table_tail_err": _median_of(policies, "table_tail_err"),
+        # the live generators' cost factors the draws came from, per seed
+        "cost_factor_pools": {str(k): v for k, v in pools.items()},
         # diagnostic (not the validation): each instance at its own live speed
         "median_norm_makespan_err": _median_of(policies, "norm_makespan_err"),
         "median_norm_tail_err": _median_of(policies, "norm_tail_err"),
@@ -582,6 +744,7 @@ def _table(summary: dict[str, Any]) -> Table:
         "preempt live/sim",
         "steps live/sim",
         "engine s live/sim",
+        "err, no draws",
         "err at live speed",
     ):
         t.add_column(c, justify="right")
@@ -598,6 +761,7 @@ def _table(summary: dict[str, Any]) -> Table:
             f"{p['live_preemptions']:.0f}/{p['sim_preemptions']:.0f}",
             f"{p.get('live_num_steps', 0):.0f}/{p.get('sim_num_steps', 0):.0f}",
             f"{p.get('live_engine_s', 0):.2f}/{p.get('sim_engine_s', 0):.2f}",
+            f"{p['uniform_makespan_err']:.1%}",
             f"{p['norm_makespan_err']:.1%}" if "norm_makespan_err" in p else "-",
         )
     t.caption = (
@@ -606,6 +770,32 @@ def _table(summary: dict[str, Any]) -> Table:
         f"ranking match: {summary['ranking_match']}; teacher-forced step time error "
         f"{summary['step_time_err']:.1%}"
     )
+    if summary.get("median_noise_floor_makespan_err") is not None:
+        t.caption += (
+            f"; noise floor (a perfect simulator, live runs as noisy as its draws): makespan "
+            f"{summary['median_noise_floor_makespan_err']:.1%}, tail "
+            f"{summary['median_noise_floor_tail_err']:.1%}"
+        )
+    if summary.get("cost_factor_pools"):
+        t.caption += (
+            f". Sim = median of {DRAWS} replays, each instance's cost factor drawn from the "
+            f"other seeds' live generators; drawn around the table's level instead: makespan "
+            f"error median {summary['median_table_makespan_err']:.1%}, tail "
+            f"{summary['median_table_tail_err']:.1%}; every instance at the table's price: "
+            f"{summary['median_uniform_makespan_err']:.1%}, tail "
+            f"{summary['median_uniform_tail_err']:.1%}"
+        )
+    t.caption += (
+        f". Seed by seed: makespan error median {summary['median_per_seed_makespan_err']:.1%}"
+        f", tail {summary['median_per_seed_tail_err']:.1%}"
+    )
+    fixed = summary.get("fixed_table")
+    if fixed:
+        t.caption += (
+            f". Table: {summary['cost_table_info'].get('passes')} profile passes between the "
+            f"live blocks; the cached table instead: makespan error median "
+            f"{fixed['median_makespan_err']:.1%}, step time error {fixed['step_time_err']:.1%}"
+        )
     live = summary.get("live_step_time") or {}
     spread = live.get("per_run_predicted_over_measured")
     if spread:  # the same engine and table, generator by generator, rollout by rollout

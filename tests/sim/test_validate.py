@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
 
 from pipeline.bench.rollout import bench_generator
 from pipeline.sim import profile, validate
+from tests.sim.test_simulator import COST as H200
+from tests.sim.test_simulator import config, workload
 from tests.sim.test_steplog import COST, step
 
 
@@ -57,6 +60,48 @@ def test_instance_speeds_are_each_generators_time_over_the_tables_price() -> Non
     slow = [step(0.0, 0.010, rows=4, ctx=32), step(1.0, 0.002, rows=4, ctx=32)]
     assert validate.instance_speeds([fast, slow], COST, 2) == pytest.approx((1.0, 1.5))
     assert validate.instance_speeds([fast], COST, 2) == pytest.approx((1.0, 1.0))  # no log
+
+
+def _block(seed: int, *durations: float) -> validate._Block:
+    """A seed's block whose generators each logged one 4-row step (the table: 4 ms)."""
+    runs = [[step(0.0, d, rows=4, ctx=32)] for d in durations]
+    return validate._Block(seed, "", None, {}, {"baseline": runs})  # type: ignore[arg-type]
+
+
+def test_cost_factors_pool_the_other_seeds() -> None:
+    blocks = [_block(0, 0.004, 0.008), _block(1, 0.004, 0.004), _block(2, 0.012, 0.004)]
+    pools = validate.cost_factors(blocks, COST)
+    # seed 0 is priced by seeds 1 and 2 only (factors 1, 1, 3, 1), seed 1 by 0 and 2
+    assert pools[0] == pytest.approx([1.0, 1.0, 1.0, 3.0])
+    assert pools[1] == pytest.approx([1.0, 1.0, 2.0, 3.0])
+    # around the table's level: over the pool's median (seed 1's: 1.5)
+    spread = validate.cost_factors(blocks, COST, level=False)
+    assert spread[0] == pytest.approx([1.0, 1.0, 1.0, 3.0])
+    assert spread[1] == pytest.approx([2 / 3, 2 / 3, 4 / 3, 2.0])
+    assert validate.cost_factors(blocks[:1], COST) == {}  # one seed: no other to pool
+
+
+def test_speed_draws_repeat_and_a_slower_pool_takes_longer() -> None:
+    reqs, cfg = workload(), config()
+    even = validate._drawn(reqs, "context_aware", cfg, H200, None, [1.0], (0, 1, 0))
+    uneven = validate._drawn(reqs, "context_aware", cfg, H200, None, [0.7, 1.0, 1.6], (0, 1, 0))
+    assert uneven == validate._drawn(
+        reqs, "context_aware", cfg, H200, None, [0.7, 1.0, 1.6], (0, 1, 0)
+    )
+    assert uneven != validate._drawn(
+        reqs, "context_aware", cfg, H200, None, [0.7, 1.0, 1.6], (1, 1, 0)
+    )
+    assert len(even[0]) == len(uneven[0]) == validate.DRAWS
+    assert len(set(even[0])) == 1  # one factor: every draw the same replay
+    # the rollout waits for the slower instance
+    assert statistics.median(uneven[0]) > statistics.median(even[0])
+
+
+def test_noise_floor_is_how_far_a_median_of_single_draws_lands() -> None:
+    assert validate.noise_floor([[1.0] * 3, [2.0] * 3, [3.0] * 3]) == 0.0  # no spread
+    # each seed's draws 1 or 3 (medians 2): the median of one draw per seed is 1 or 3
+    assert validate.noise_floor([[1.0, 3.0]] * 3) == pytest.approx(0.5)
+    assert validate.noise_floor([[1.0, 1.5, 2.0]]) == pytest.approx(1 / 3)  # 2 in 3 miss
 
 
 def test_resolved_ranking_counts_only_pairs_whose_live_seeds_do_not_overlap() -> None:
@@ -109,3 +154,14 @@ def test_tiny_validate_measures_its_table_between_the_live_blocks(
     assert fixed["median_makespan_err"] >= 0 and isinstance(fixed["ranking_match"], bool)
     assert fixed["step_time_err"] >= 0
     assert all(len(p["live_makespans_s"]) == 2 for p in data["policies"].values())
+    # each seed's replays drew instance speeds from the other seed's generators
+    assert set(data["cost_factor_pools"]) == {"0", "1"}
+    assert all(len(v) == 2 * 4 for v in data["cost_factor_pools"].values())
+    for p in data["policies"].values():
+        assert p["makespan_err"] == pytest.approx(
+            abs(p["sim_makespan_s"] - p["live_makespan_s"]) / p["live_makespan_s"]
+        )
+        assert p["uniform_makespan_s"] > 0 and p["per_seed_makespan_err"] >= 0
+        assert p["table_makespan_s"] > 0 and p["table_makespan_err"] >= 0
+        assert 0 <= p["noise_floor_makespan_err"] < 1
+    assert data["median_noise_floor_makespan_err"] is not None
