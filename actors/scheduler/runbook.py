@@ -127,7 +127,8 @@ class RunBook:
             policy=self.policy,
             num_instances=len(instances),
             chunks=tuple(chunks),
-            requests=tuple(self.finished.values()),
+            # in arrival order (the scheduler's `arrival`): a replay admits them in it
+            requests=tuple(self.finished[rid] for rid in self.specs if rid in self.finished),
             instances=instances,
             makespan_s=self.end_time - self.start,
         )

@@ -67,6 +67,9 @@ __all__ = [
 
 SHAPE = "builtin-cpu"
 FORMAT = 4  # bump when the measurement method changes (cached tables then re-measure)
+DRAFT_LENS = (0, 1, 2, 4, 8)  # the grid's defaults
+PREFILLS = (16, 64, 256, 512)  # new tokens per request in a prefill row
+PREFILL_SEGMENTS = (1, 8)  # requests per prefill row
 
 
 def _engine(gen: dict[str, Any]) -> TorchEngine:
@@ -186,9 +189,9 @@ def profile_engine(
     *,
     batches: tuple[int, ...],
     contexts: tuple[int, ...],
-    draft_lens: tuple[int, ...] = (0, 1, 2, 4, 8),
-    prefills: tuple[int, ...] = (16, 64, 256, 512),
-    prefill_segments: tuple[int, ...] = (1, 8),
+    draft_lens: tuple[int, ...] = DRAFT_LENS,
+    prefills: tuple[int, ...] = PREFILLS,
+    prefill_segments: tuple[int, ...] = PREFILL_SEGMENTS,
     steps: int = 12,
     passes: int = 1,
     twin: bool = False,
@@ -222,9 +225,9 @@ class Sweep:
         gen: dict[str, Any],
         batches: tuple[int, ...],
         contexts: tuple[int, ...],
-        draft_lens: tuple[int, ...] = (0, 1, 2, 4, 8),
-        prefills: tuple[int, ...] = (16, 64, 256, 512),
-        prefill_segments: tuple[int, ...] = (1, 8),
+        draft_lens: tuple[int, ...] = DRAFT_LENS,
+        prefills: tuple[int, ...] = PREFILLS,
+        prefill_segments: tuple[int, ...] = PREFILL_SEGMENTS,
         steps: int = 12,
     ) -> None:
         self.gen = gen

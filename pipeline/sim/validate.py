@@ -309,14 +309,7 @@ def _replay(
                 live_engine = sum(s["end_s"] - s["start_s"] for s in logged)
                 # diagnostic: each instance at the speed its own live steps ran
                 speeds = instance_speeds(block.steps[policy], cost, cfg.num_instances)
-                norm = simulate(
-                    reqs,
-                    policy,
-                    dataclasses.replace(cfg, instance_speed=speeds),
-                    cost,
-                    acceptance=acceptance,
-                )
-                nm = compute_metrics(norm.record)
+                nm = _at_speeds(reqs, policy, cfg, cost, acceptance, speeds)
                 for key, value in (
                     ("live_num_steps", len(logged)),
                     ("sim_num_steps", sum(sim.extra["num_steps"])),
@@ -397,6 +390,20 @@ def cost_factors(
     return pools
 
 
+def _at_speeds(
+    reqs: Any,
+    policy: str,
+    cfg: SimConfig,
+    cost: CostModel,
+    acceptance: Any,
+    speeds: tuple[float, ...],
+) -> dict[str, Any]:
+    """The metrics of one replay with each instance's steps costing ``speeds[i]`` times the
+    table's price."""
+    config = dataclasses.replace(cfg, instance_speed=speeds)
+    return compute_metrics(simulate(reqs, policy, config, cost, acceptance=acceptance).record)
+
+
 def _drawn(
     reqs: Any,
     policy: str,
@@ -412,14 +419,7 @@ def _drawn(
     makespans, tails = [], []
     for factors in rng.choice(pool, size=(DRAWS, cfg.num_instances)):
         speeds = tuple(float(f) for f in factors)
-        sim = simulate(
-            reqs,
-            policy,
-            dataclasses.replace(cfg, instance_speed=speeds),
-            cost,
-            acceptance=acceptance,
-        )
-        m = compute_metrics(sim.record)
+        m = _at_speeds(reqs, policy, cfg, cost, acceptance, speeds)
         makespans.append(m["makespan_s"])
         tails.append(m["tail_s"])
     return makespans, tails

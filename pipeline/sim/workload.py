@@ -131,8 +131,12 @@ def seer_requests(
 
 
 def from_record(record: RolloutRecord, max_new_tokens: int) -> list[SimRequest]:
-    """A live rollout's requests with their recorded output lengths, in arrival order."""
-    reqs = sorted(record.requests, key=lambda r: (r.arrival_s, r.request_id))
+    """A live rollout's requests with their recorded output lengths, in arrival order: by
+    arrival time, then as the record lists them (its arrival order). Ties broken by id
+    put group 10 before group 1, and the baseline pins groups to instances round-robin by
+    arrival, so such a replay split a rollout's work between instances unlike the live
+    run."""
+    reqs = sorted(record.requests, key=lambda r: r.arrival_s)  # stable: the record's order
     return [
         SimRequest(
             request_id=r.request_id,

@@ -84,3 +84,40 @@ def test_the_scorer_locates_a_failed_samples_mistake_for_step_credit() -> None:
         assert got == index
         data = sample_data(spec, completion, [0.0] * len(completion), (0,), reward, got)
         assert data.error_index == index
+
+
+def test_the_rollout_record_lists_requests_in_arrival_order_not_finish_order() -> None:
+    from actors.scheduler.runbook import RunBook
+    from pipeline.sim.workload import from_record
+    from transport.messages import ChunkFinished, LoadInfo
+
+    specs = [
+        RequestSpec(
+            request_id=f"g{g}.0",
+            group_id=f"g{g}",
+            prompt_id=f"p{g}",
+            index=0,
+            is_probe=True,
+            prompt_ids=(1, 2),
+            sampling=SamplingSpec(),
+        )
+        for g in (0, 1, 2, 10, 11)
+    ]
+    load = LoadInfo(
+        instance=0, num_running=0, num_waiting=0, num_parked=0, kv_tokens_used=0,
+        kv_tokens_total=100, max_running=4, weight_version=0,
+    )  # fmt: skip
+    book = RunBook("r", "baseline", specs, [load], 0.0)
+    book.arrive([s.request_id for s in specs], 0.0)
+    for n, g in enumerate((11, 2, 0, 10, 1)):  # finishing in another order
+        msg = ChunkFinished(
+            rollout_id="r", request_id=f"g{g}.0", chunk_seq=0, instance=0, token_ids=(3,),
+            logprobs=(0.0,), finish_reason="stop", weight_version=0, start_time=n,
+            end_time=n + 0.5, num_cached_tokens=0, load=load,
+        )  # fmt: skip
+        book.add_chunk(msg, float(n))
+    record = book.record([load])
+    arrived = ["g0.0", "g1.0", "g2.0", "g10.0", "g11.0"]
+    assert [r.request_id for r in record.requests] == arrived
+    # a replay admits them in that order (sorting ties by id put g10 before g1)
+    assert [r.request_id for r in from_record(record, 8)] == arrived
