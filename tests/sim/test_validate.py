@@ -165,3 +165,14 @@ def test_tiny_validate_measures_its_table_between_the_live_blocks(
         assert p["table_makespan_s"] > 0 and p["table_makespan_err"] >= 0
         assert 0 <= p["noise_floor_makespan_err"] < 1
     assert data["median_noise_floor_makespan_err"] is not None
+
+
+def test_the_command_line_passes_the_table_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.cli import main
+
+    calls: list[dict[str, object]] = []
+    monkeypatch.setattr(validate, "run", lambda *a, **kw: calls.append(kw))
+    assert main(["sim", "validate", "--quick"]) == 0
+    assert main(["sim", "validate", "--quick", "--fixed-table", "--seeds", "5"]) == 0
+    assert calls[0]["interleave"] is True and calls[1]["interleave"] is False
+    assert calls[1]["seeds"] == 5 and calls[1]["quick"] is True
