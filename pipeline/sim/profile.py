@@ -201,24 +201,21 @@ def profile_engine(
     generators do: they share the cores' caches and memory bandwidth, and the machine."""
     if passes < 1:
         raise ValueError(f"passes must be >= 1, got {passes}")
-    grid = {"batches": batches, "contexts": contexts}
-    sweep = Sweep(gen, batches, contexts, draft_lens, prefills, prefill_segments, steps)
-    pair = twin_of(grid) if twin else None
+    pair = twin_of({"batches": batches, "contexts": contexts}) if twin else None
+    sweep = Sweep(gen, batches, contexts, draft_lens, prefills, prefill_segments, steps, pair)
     with twin_running(gen, pair) if pair else contextlib.nullcontext():
         engine = _warm_engine(gen)
         for _ in range(passes):  # interleaved: a burst of load hits one sample of each point
             sweep.measure(engine)
-    table = sweep.table()
-    if pair:
-        table["info"]["twin"] = pair
-    return table
+    return sweep.table()
 
 
 class Sweep:
     """The grid's samples, pass by pass (every point once per pass); ``table`` gives each
     point's median over the passes. ``profile_engine`` runs its passes back to back; `seer
     sim validate` runs one between blocks of live runs (``measure_pass``), so that the
-    table describes the machine while it ran them."""
+    table describes the machine while it ran them. ``twin``: the twin generator the passes
+    are measured beside (``twin_of``; None: alone), recorded in the table's ``info``."""
 
     def __init__(
         self,
@@ -229,8 +226,9 @@ class Sweep:
         prefills: tuple[int, ...] = PREFILLS,
         prefill_segments: tuple[int, ...] = PREFILL_SEGMENTS,
         steps: int = 12,
+        twin: dict[str, int] | None = None,
     ) -> None:
-        self.gen = gen
+        self.gen, self.twin = gen, twin
         self.batches, self.contexts, self.draft_lens = batches, contexts, draft_lens
         self.prefills, self.prefill_segments, self.steps = prefills, prefill_segments, steps
         self.decode: dict[tuple[int, int], list[float]] = {}
@@ -310,12 +308,16 @@ class Sweep:
             "decode_spread_median": statistics.median(spread) if spread else 0.0,
             "load_average": [self.loads[0], self.loads[-1]],
         }
+        if self.twin:
+            info["twin"] = self.twin
         return {"info": info, "rows": rows}
 
 
 def sweep_of(gen: dict[str, Any], grid: dict[str, Any]) -> Sweep:
+    """An empty sweep of ``grid`` (``grid()``'s shape; its ``twin`` flag: beside ``twin_of``)."""
     keys = ("batches", "contexts", "draft_lens", "prefills", "prefill_segments", "steps")
-    return Sweep(gen, **{k: grid[k] for k in keys if k in grid})
+    pair = twin_of(grid) if grid.get("twin") else None
+    return Sweep(gen, **{k: grid[k] for k in keys if k in grid}, twin=pair)
 
 
 def _warm_engine(gen: dict[str, Any]) -> TorchEngine:
@@ -331,9 +333,9 @@ def twin_of(grid: dict[str, Any]) -> dict[str, int]:
     return {"batch": max(1, max(grid["batches"]) // 2), "ctx": contexts[len(contexts) // 2]}
 
 
-def measure_pass(sweep: Sweep, twin: dict[str, int] | None) -> None:
-    """One more pass of ``sweep`` on a fresh engine (with ``twin`` stepping alongside)."""
-    with twin_running(sweep.gen, twin) if twin else contextlib.nullcontext():
+def measure_pass(sweep: Sweep) -> None:
+    """One more pass of ``sweep`` on a fresh engine (its twin stepping alongside)."""
+    with twin_running(sweep.gen, sweep.twin) if sweep.twin else contextlib.nullcontext():
         sweep.measure(_warm_engine(sweep.gen))
 
 

@@ -321,15 +321,14 @@ def _replay(
                 ):
                     row.setdefault(key, []).append(float(value))
             makespan, tail = sm["makespan_s"], sm["tail_s"]
+            draw_key = (block.seed, POLICIES.index(policy), int(bool(block.suffix)))
             pool = (pools or {}).get(block.seed)
             if pool:
-                draw_key = (block.seed, POLICIES.index(policy), int(bool(block.suffix)))
                 spans, tails = _drawn(reqs, policy, cfg, cost, acceptance, pool, draw_key)
                 makespan, tail = statistics.median(spans), statistics.median(tails)
                 draws.setdefault(name, []).append((spans, tails))
             spread = (spread_pools or {}).get(block.seed)
-            if spread:
-                draw_key = (block.seed, POLICIES.index(policy), int(bool(block.suffix)))
+            if spread:  # the same draws (key) from the centred pool
                 table = _drawn(reqs, policy, cfg, cost, acceptance, spread, draw_key)
                 row.setdefault("table_makespan_s", []).append(statistics.median(table[0]))
                 row.setdefault("table_tail_s", []).append(statistics.median(table[1]))
@@ -364,15 +363,12 @@ def _replay(
 DRAWS = 9  # speed draws per replay (odd: the median is one of them)
 
 
-def cost_factors(
-    blocks: list[_Block], cost: CostModel, *, level: bool = True
-) -> dict[int, list[float]]:
+def cost_factors(blocks: list[_Block], cost: CostModel) -> dict[int, list[float]]:
     """Per seed: the cost factors the live generator processes ran at, from every *other*
     seed's runs, so that no run's own speed prices its replay (leave one seed out): each
-    generator's logged engine time in a rollout over the table's price for its own steps.
-    ``level``: as measured (the pool sets how fast the live topology runs, relative to the
-    table, and how unevenly); otherwise over the pool's median (the table sets the level,
-    the pool only the spread around it). On a shared host two processes doing the same work
+    generator's logged engine time in a rollout over the table's price for its own steps:
+    the pool sets how fast the live topology runs, relative to the table, and how unevenly
+    (``centred``: the spread alone). On a shared host two processes doing the same work
     run at different speeds and a rollout waits for the slower one, so a replay with every
     instance at one price finishes early and with a short tail. Empty for a seed with no
     other seed's step logs."""
@@ -385,9 +381,14 @@ def cost_factors(
     for seed in per_seed:
         pool = [f for other, fs in per_seed.items() if other != seed for f in fs]
         if pool:
-            middle = 1.0 if level else statistics.median(pool)
-            pools[seed] = sorted(f / middle for f in pool)
+            pools[seed] = sorted(pool)
     return pools
+
+
+def centred(pool: list[float]) -> list[float]:
+    """``pool`` over its median: the table sets the level, the pool only the spread."""
+    middle = statistics.median(pool)
+    return [f / middle for f in pool]
 
 
 def _at_speeds(
@@ -536,12 +537,10 @@ def run(
     fixed_cost = CostModel.from_table(fixed_data, sim_profile.SHAPE)
     # the table the replays use: by default measured in passes between the live blocks
     sweep: sim_profile.Sweep | None = None
-    grid = sim_profile.grid(size != "full")
-    pair = sim_profile.twin_of(grid)
     if interleave and table is None and traces is None:
-        sweep = sim_profile.sweep_of(gen, grid)
+        sweep = sim_profile.sweep_of(gen, sim_profile.grid(size != "full"))
         console.print("profile pass 1 (the table is measured between the live blocks)")
-        sim_profile.measure_pass(sweep, pair)
+        sim_profile.measure_pass(sweep)
     acceptance = measure_acceptance(RANDOM_TEXT) if drafts else None
     variants = [("", {"spec": {"mode": "off"}})]
     if drafts:
@@ -562,11 +561,10 @@ def run(
                     save_trace(records[0], folder / f"trace-{policy}{suffix}-seed{seed}.json")
                 if sweep is not None:
                     console.print(f"profile pass {sweep.passes + 1}")
-                    sim_profile.measure_pass(sweep, pair)
+                    sim_profile.measure_pass(sweep)
             blocks.append(_Block(seed, suffix, workload, live, _policy_steps(steps_dir)))
     if sweep is not None:
         table_data = sweep.table()
-        table_data["info"]["twin"] = pair
         table = str(folder / "profile-interleaved.json")
         Path(table).write_text(json.dumps(table_data, indent=1))
         console.print(
@@ -593,7 +591,7 @@ def run(
         acceptance,
         normalize=True,
         pools=pools,
-        spread_pools=cost_factors(blocks, cost, level=False),
+        spread_pools={seed: centred(pool) for seed, pool in pools.items()},
     )
     policies = _summarize(rows)
     for name, parts in splits.items():  # where the live generators' time went
@@ -794,8 +792,10 @@ def _table(summary: dict[str, Any]) -> Table:
         t.caption += (
             f". Table: {summary['cost_table_info'].get('passes')} profile passes between the "
             f"live blocks; the cached table instead: makespan error median "
-            f"{fixed['median_makespan_err']:.1%}, step time error {fixed['step_time_err']:.1%}"
+            f"{fixed['median_makespan_err']:.1%}"
         )
+        if fixed["step_time_err"] is not None:
+            t.caption += f", step time error {fixed['step_time_err']:.1%}"
     live = summary.get("live_step_time") or {}
     spread = live.get("per_run_predicted_over_measured")
     if spread:  # the same engine and table, generator by generator, rollout by rollout

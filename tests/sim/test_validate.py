@@ -75,9 +75,8 @@ def test_cost_factors_pool_the_other_seeds() -> None:
     assert pools[0] == pytest.approx([1.0, 1.0, 1.0, 3.0])
     assert pools[1] == pytest.approx([1.0, 1.0, 2.0, 3.0])
     # around the table's level: over the pool's median (seed 1's: 1.5)
-    spread = validate.cost_factors(blocks, COST, level=False)
-    assert spread[0] == pytest.approx([1.0, 1.0, 1.0, 3.0])
-    assert spread[1] == pytest.approx([2 / 3, 2 / 3, 4 / 3, 2.0])
+    assert validate.centred(pools[0]) == pytest.approx([1.0, 1.0, 1.0, 3.0])
+    assert validate.centred(pools[1]) == pytest.approx([2 / 3, 2 / 3, 4 / 3, 2.0])
     assert validate.cost_factors(blocks[:1], COST) == {}  # one seed: no other to pool
 
 
