@@ -1,13 +1,17 @@
 """SimInstance: one generator instance's batch and KV books, advanced many steps at a time.
 
-The rules are the built-in engine's (``actors.generator.builtin.batcher``): a FIFO waiting
+The rules are the built-in engine's (``actors.generator.builtin.batcher``), step for step
+(``tests/sim/test_engine_conformance.py`` runs both on the same workloads): a FIFO waiting
 queue (preempted requests go back to its front); admission into a free batch slot while the
-request's KV and one step's growth of the batch fit the budget (the engine checks the KV
-alone, and then preempts the newcomer again at every step while KV is full), evicting
-parked KV least-recently-used (never the request's own), reusing its parked KV when it
-comes back to the same instance; before a decode step, room is made by evicting parked KV,
-then preempting the most recently admitted request (its KV dropped, recomputed when
-re-admitted); a request alone and out of KV ends ("length").
+request's KV and the coming step's growth fit the budget, evicting parked KV
+least-recently-used (never the request's own), reusing its parked KV when it comes back to
+the same instance; chunked prefill (``max_prefill_tokens`` a step, first-admitted first);
+before each step, room for the step's growth (one token per decoding row) is made by
+evicting parked KV, then dropping drafts, then preempting the most recently admitted
+request (its KV dropped, recomputed when re-admitted); a request alone and out of KV ends
+("length"). The books count KV as the engine does: a prefilling request reserves its whole
+context, a decoding one all but its last sampled token (written by the next step), parked
+KV likewise. Chunks that end in the same step are parked in admission order.
 With ``kv_pool="global"`` (Seer's Mooncake pool) a chunk's KV leaves the instance when the
 chunk ends and comes back on any instance without a prefill; ``"local"`` parks it here.
 The Batcher itself owns tensors, so these rules are re-stated over token counts, not shared.
@@ -48,6 +52,7 @@ class Chunk:
     finishes: bool  # reaching `target` ends the request (its true length)
     dispatched_s: float
     new_ctx: bool = True  # no KV for it anywhere yet (its first chunk)
+    sampled: bool = False  # decoding: its last token is sampled, its KV not yet written
     done: float = 0.0
     rate: float = 1.0  # tokens per step (1 + expected accepted drafts)
     draft: int = 0  # draft tokens per step
@@ -76,8 +81,10 @@ class SimInstance:
         step_overhead_s: float = 0.0,
         report_s: float = 0.0,
     ) -> None:
-        if max_batch < 1 or kv_capacity < 1 or max_steps < 1:
-            raise ValueError("max_batch, kv_capacity and max_steps must be >= 1")
+        if min(max_batch, kv_capacity, max_steps, max_prefill_tokens) < 1:
+            raise ValueError(
+                "max_batch, kv_capacity, max_steps and max_prefill_tokens must be >= 1"
+            )
         if kv_pool not in ("local", "global"):
             raise ValueError(f"kv_pool must be 'local' or 'global', got {kv_pool!r}")
         self.index = index
@@ -122,8 +129,14 @@ class SimInstance:
         self.one_step = False  # set by on_batch: the next stretch is a single step
 
     # --- books -----------------------------------------------------------------------
+    @staticmethod
+    def kv_of(c: Chunk) -> float:
+        """A running chunk's KV tokens as the engine books them: a prefilling row reserves
+        its whole context, a decoding row holds all but its last sampled token."""
+        return c.ctx - 1.0 if c.sampled else c.ctx
+
     def kv_used(self) -> float:
-        return sum(c.ctx for c in self.running) + sum(self.parked.values())
+        return sum(self.kv_of(c) for c in self.running) + sum(self.parked.values())
 
     def kv_used_at(self, now: float) -> float:
         """KV in use at ``now``, counting the steps of the current stretch already run (the
@@ -143,21 +156,20 @@ class SimInstance:
         self.waiting.append(chunk)
 
     def _admit(self) -> None:
-        """Move waiting chunks into free slots while their KV fits."""
+        """Move waiting chunks into free slots while their KV fits (the engine's rule)."""
         while self.waiting and len(self.running) < self.max_batch:
             head = self.waiting[0]
             own = self.parked.get(head.request, 0.0)
-            reuse = own if own >= head.ctx - 0.5 else 0.0
-            if (
+            # its own parked KV covers all but the last token: it decodes at once
+            resume = own >= head.ctx - 1.5 or (
                 self.kv_pool == "global"
                 and not head.new_ctx
-                and head.request not in self._recompute
-            ):
-                reuse = head.ctx  # the pool hands the KV over
-            # its KV, plus one step's growth of the batch it joins (the engine's rule is
-            # "its KV fits"; without the step's room it is preempted again at once, and the
-            # same request is admitted and preempted at every step while KV is full)
-            extra = head.ctx - own + len(self.running) + 1
+                and head.request not in self._recompute  # the pool hands the KV over
+            )
+            reserve = head.ctx - 1.0 if resume else head.ctx
+            # and room for this step's growth, one token per decoding row (its own included)
+            grow = sum(c.sampled for c in self.running) + resume if self.running else 0
+            extra = reserve - own + grow
             used = self.kv_used()
             while used + extra > self.kv_capacity and self._evict(head.request):
                 used = self.kv_used()
@@ -165,27 +177,37 @@ class SimInstance:
                 return  # head of line waits for KV
             self.waiting.popleft()
             self.parked.pop(head.request, None)
-            head.pending_prefill = round(head.ctx - reuse)
+            head.sampled = resume
+            # a prefix of its own parked KV is reused (the engine matches the tokens)
+            head.pending_prefill = 0 if resume else round(head.ctx - own)
             head.admitted_at = self._clock
             self._clock += 1
             self.running.append(head)
 
     def _prefill(self) -> tuple[int, int]:
-        """Prefill tokens of the chunks admitted and still running (counted once they run),
-        and how many chunks they belong to."""
+        """One step's prefill, as the engine's chunked prefill runs it: up to
+        ``max_prefill_tokens`` over the prefilling chunks in admission order (a chunk whose
+        prefill completes samples its first token this step; the others wait for the next).
+        Returns the tokens prefilled and how many chunks they belong to."""
         total = segments = 0
+        budget = self.max_prefill_tokens
         for c in self.running:
-            need, c.pending_prefill = c.pending_prefill, 0
-            if need <= 0:
+            if c.pending_prefill <= 0:
                 continue
-            total += need
+            if budget <= 0:
+                break
+            n = min(c.pending_prefill, budget)
+            c.pending_prefill -= n
+            budget -= n
+            total += n
             segments += 1
             if c.request in self._recompute:
-                self.counts["num_recomputed_tokens"] += need
+                self.counts["num_recomputed_tokens"] += n
             elif not c.new_ctx:
-                self.counts["num_reprefilled_tokens"] += need
-                c.reprefilled += need
-            self._recompute.discard(c.request)
+                self.counts["num_reprefilled_tokens"] += n
+                c.reprefilled += n
+            if not c.pending_prefill:
+                self._recompute.discard(c.request)
         return total, segments
 
     def _evict(self, keep: int) -> bool:
@@ -197,9 +219,10 @@ class SimInstance:
         return False
 
     def _make_room(self) -> None:
-        """Evict parked KV, then preempt the newest admission, until one step fits."""
+        """Evict parked KV, then preempt the newest admission, until one step fits: each
+        decoding row writes its last token (drafts are dropped first, in ``plan``)."""
         while True:
-            need = sum(c.rate + c.draft for c in self.running)
+            need = sum(c.sampled for c in self.running)
             if self.kv_used() + need <= self.kv_capacity or not self.running:
                 return
             if self._evict(-1):
@@ -210,6 +233,7 @@ class SimInstance:
             victim = max(self.running, key=lambda c: c.admitted_at)
             self.running.remove(victim)
             victim.pending_prefill = 0
+            victim.sampled = False
             self._recompute.add(victim.request)
             self.waiting.appendleft(victim)
             self.counts["num_preemptions"] += 1
@@ -230,14 +254,26 @@ class SimInstance:
                 c.start_s = now
         if self.on_batch is not None:
             self.on_batch(self)
+        # chunks still prefilling make no token this step (and draft nothing)
+        prefilling = [c for c in self.running if c.pending_prefill > 0]
+        for c in prefilling:
+            c.draft = 0
         ended = [c for c in self.running if c.out_of_kv]
-        growth = sum(c.rate for c in self.running)
+        # the first step writes the decoding rows' last tokens; later ones every row's
+        writes = sum(c.sampled for c in self.running)
+        free = self.kv_capacity - self.kv_used() - writes
         drafts = sum(c.draft for c in self.running)
+        if drafts > free:  # drafts that do not fit are dropped (the engine trims them)
+            for c in self.running:
+                c.draft, c.rate = 0, 1.0
+            drafts = 0
+        growth = sum(c.rate for c in self.running if not c.pending_prefill)
         if ended:
             steps = 0
+        elif prefilling:  # the next step changes the batch
+            steps = 1
         else:
-            free = self.kv_capacity - self.kv_used() - drafts
-            by_kv = max(1, math.floor(free / growth)) if growth > 0 else self.max_steps
+            by_kv = 1 + max(0, math.floor((free - drafts) / growth))
             by_chunk = min(
                 max(1, math.ceil((c.target - c.done) / c.rate - 1e-9)) for c in self.running
             )
@@ -248,9 +284,25 @@ class SimInstance:
         ctx = self.cost.batch_context([c.ctx for c in self.running]) + steps * growth / batch / 2
         self.seg_start = now
         self.seg_prefill = self.cost.prefill_s(prefill_tokens, prefill_segments)
-        self._seg_engine = (self.seg_prefill, self.cost.decode_s(batch, ctx, drafts / batch))
+        decode = self.cost.decode_s(batch, ctx, drafts / batch)
+        decoders = [c for c in self.running if c.sampled]
+        if steps and len(decoders) < batch:
+            # the first step's decode forward is the rows already decoding; the others join
+            # it once prefilled (priced apart, as the step log's teacher-forced check does)
+            first_s = 0.0
+            if decoders:
+                first_s = self.cost.decode_s(
+                    len(decoders),
+                    self.cost.batch_context([c.ctx for c in decoders]),
+                    sum(c.draft for c in decoders) / len(decoders),
+                )
+            self.seg_prefill += first_s - decode
+        self._seg_engine = (self.seg_prefill, decode)
         self.seg_prefill += self._reports_due
         self._reports_due = 0.0
+        if ended:  # the engine spends a step (no forward) ending the request
+            self.seg_prefill += self.step_overhead_s
+            self.counts["num_steps"] += 1
         step = self._seg_engine[1] + self.step_overhead_s
         self.seg_dt = step if steps else 0.0
         self.seg_steps = steps
@@ -279,10 +331,14 @@ class SimInstance:
         out: list[Chunk] = []
         keep: list[Chunk] = []
         for c in self.running:
+            if c.pending_prefill:  # still prefilling: no token yet
+                keep.append(c)
+                continue
             made = min(steps * c.rate, c.target - c.done)
             took = made / c.rate if c.rate > 0 else 0.0  # the last step may end early
             c.done += made
             c.ctx += made
+            c.sampled = c.sampled or steps > 0
             c.num_steps += took
             if c.draft:
                 c.num_draft_tokens += took * c.draft
@@ -291,8 +347,9 @@ class SimInstance:
                 self.counts["num_accepted_tokens"] += round(made - took)
             if c.done >= c.target - 1e-6 or c.out_of_kv:
                 out.append(c)
-                if self.kv_pool == "local" and not (c.finishes and c.done >= c.target - 1e-6):
-                    self.parked[c.request] = c.ctx
+                ends = c.out_of_kv or (c.finishes and c.done >= c.target - 1e-6)
+                if self.kv_pool == "local" and not ends:
+                    self.parked[c.request] = self.kv_of(c)
             else:
                 keep.append(c)
         self.running = keep

@@ -90,6 +90,9 @@ class SimConfig:
     spec: Literal["off", "group"] = "off"
     g_max: int = 8
     max_steps: int = 256
+    # prefill tokens an instance runs per step (the engine's chunked prefill); None: a
+    # whole prefill in one step
+    max_prefill_tokens: int | None = None
     seed: int = 0
     dispatch_latency_s: float = 0.0  # scheduler decision -> the chunk reaches its engine
     result_latency_s: float = 0.0  # a chunk ends -> the scheduler has its result
@@ -113,6 +116,10 @@ class SimConfig:
         for name in ("num_instances", "max_batch", "kv_capacity", "chunk_size", "max_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SimConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_prefill_tokens is not None and self.max_prefill_tokens < 1:
+            raise ValueError(
+                f"SimConfig.max_prefill_tokens must be >= 1 or None, got {self.max_prefill_tokens}"
+            )
         if self.spec not in ("off", "group"):
             raise ValueError(f"SimConfig.spec must be 'off' or 'group', got {self.spec!r}")
         if self.kv_pool not in ("local", "global"):
@@ -195,6 +202,7 @@ class _Run:
                 kv_capacity=config.kv_capacity,
                 kv_pool=config.kv_pool,
                 max_steps=config.max_steps,
+                max_prefill_tokens=config.max_prefill_tokens or 1 << 30,
                 step_overhead_s=config.step_overhead_s,
                 report_s=config.report_s,
             )

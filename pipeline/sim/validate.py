@@ -73,6 +73,7 @@ from rich.console import Console
 from rich.table import Table
 
 from actors.generator import ChunkRequest, SamplingParams
+from actors.generator.options import GeneratorOptions
 from actors.generator.step_log import ENV as STEP_LOG_ENV
 from actors.generator.step_log import read_step_logs
 from actors.scheduler.options import SchedulerOptions
@@ -195,6 +196,7 @@ def _sim_config(
         kv_pool="local",
         spec="group" if spec else "off",
         max_steps=16,
+        max_prefill_tokens=gen.get("max_prefill_tokens", GeneratorOptions().max_prefill_tokens),
         seed=seed,
         dispatch_latency_s=lat[0],
         result_latency_s=lat[1],

@@ -36,8 +36,9 @@ def test_preempts_the_newest_admission_and_recomputes_it() -> None:
     inst = SimInstance(0, COST, max_batch=4, kv_capacity=100)
     inst.enqueue(chunk(0, 30, 30))
     inst.enqueue(chunk(1, 30, 30))
-    inst.plan(0.0)  # both fit (60 of 100); they grow 2 tokens a step
-    assert len(inst.running) == 2 and inst.seg_steps == 20  # then the KV is full
+    # both fit (60 of 100); the first step prefills them, each later one writes 2 tokens
+    inst.plan(0.0)
+    assert len(inst.running) == 2 and inst.seg_steps == 21  # then the KV is full
     inst.finish()
     inst.plan(1.0)
     assert inst.counts["num_preemptions"] == 1 and inst.counts["num_recomputed_tokens"] == 0
@@ -45,9 +46,9 @@ def test_preempts_the_newest_admission_and_recomputes_it() -> None:
     done, _ = drain(inst, 1.0)
     assert sorted(c.request for c in done) == [0, 1]
     assert all(c.done == c.target for c in done)
-    # request 1 was re-admitted from scratch once 0 had finished: its context (30 + 20
+    # request 1 was re-admitted from scratch once 0 had finished: its context (30 + 21
     # tokens) recomputed
-    assert inst.counts["num_recomputed_tokens"] == 50
+    assert inst.counts["num_recomputed_tokens"] == 51
     assert inst.kv_used() == 0  # finished requests free their KV
 
 
@@ -55,7 +56,8 @@ def test_alone_and_out_of_kv_ends_the_request() -> None:
     inst = SimInstance(0, COST, max_batch=4, kv_capacity=50)
     inst.enqueue(chunk(0, 40, 100))
     done, _ = drain(inst)
-    assert len(done) == 1 and done[0].out_of_kv and done[0].done == pytest.approx(10)
+    # the prefill samples a token with 40 tokens of KV; 10 decode steps fill the other 10
+    assert len(done) == 1 and done[0].out_of_kv and done[0].done == pytest.approx(11)
 
 
 def test_local_pool_parks_kv_and_reuses_it_only_on_the_same_instance() -> None:
@@ -66,7 +68,8 @@ def test_local_pool_parks_kv_and_reuses_it_only_on_the_same_instance() -> None:
     drain(a)
     a.enqueue(first)
     drain(a)
-    assert a.parked == {0: 15.0}  # the chunk ended; its KV waits here
+    # the chunk ended; its KV waits here (all but the last token sampled, as the engine's)
+    assert a.parked == {0: 14.0}
     a.enqueue(chunk(0, 15, 5, new=False, seq=2))
     drain(a)
     assert a.counts["num_reprefilled_tokens"] == 0

@@ -2,8 +2,9 @@
 
 Slots ``[0, num_decode)`` hold decoding requests and ``[num_decode, len)`` prefilling ones,
 so each kind is a contiguous run of slots that one forward reads as a view. Adding and
-removing rows moves KV between slots to keep both runs contiguous. ``ParkedStore`` holds the
-KV of requests between chunks, least-recently-used first.
+removing rows moves KV between slots to keep both runs contiguous and the prefilling rows in
+the order they were admitted (chunked prefill serves the first-admitted first).
+``ParkedStore`` holds the KV of requests between chunks, least-recently-used first.
 """
 
 from __future__ import annotations
@@ -39,15 +40,13 @@ class RunningBatch:
         return len(self.rows) - 1
 
     def add_decode(self, state: EngineRequest) -> int:
-        """Insert a decoding row after the decoders; returns its slot (its KV is not set)."""
+        """Insert a decoding row after the decoders; returns its slot (its KV is not set).
+        The prefilling rows move up one slot each, keeping their order."""
         slot = self.num_decode
-        if slot < len(self.rows):
-            first = self.rows[slot]
-            self.cache.move(slot, len(self.rows), first.cache_len)
-            self.rows.append(first)
-            self.rows[slot] = state
-        else:
-            self.rows.append(state)
+        self.rows.append(state)
+        for j in range(len(self.rows) - 1, slot, -1):
+            self._move_row(j - 1, j)
+        self.rows[slot] = state
         state.phase = Phase.DECODE
         self.num_decode += 1
         return slot
@@ -59,16 +58,17 @@ class RunningBatch:
         self.num_decode += 1
 
     def remove(self, slot: int) -> EngineRequest:
-        """Take the row at ``slot`` out (its KV is dropped), keeping both runs contiguous."""
+        """Take the row at ``slot`` out (its KV is dropped), keeping both runs contiguous and
+        the prefilling rows in their order (they prefill first-admitted first)."""
         state = self.rows[slot]
+        start = slot + 1
         if slot < self.num_decode:
             last_dec = self.num_decode - 1
-            self._move_row(last_dec, slot)
-            self._move_row(len(self.rows) - 1, last_dec)
+            self._move_row(last_dec, slot)  # decoders' order does not matter
             self.num_decode -= 1
-        else:
-            for j in range(slot, len(self.rows) - 1):
-                self._move_row(j + 1, j)
+            start = last_dec + 1
+        for j in range(start, len(self.rows)):
+            self._move_row(j, j - 1)
         self.rows.pop()
         return state
 

@@ -1,9 +1,10 @@
 """Batcher: who runs this step, and the KV budget's books.
 
 Owns the waiting queue (FIFO; preempted requests go back to its front), the running batch
-and the parked store. ``admit`` moves waiting requests into free slots while their KV fits
-(evicting parked KV least-recently-used, never the request's own), reusing a parked
-request's KV for the longest common prefix of its tokens. ``make_room`` makes the coming
+and the parked store. ``admit`` moves waiting requests into free slots while their KV and
+the coming step's growth of the decoding rows fit (evicting parked KV least-recently-used,
+never the request's own), reusing a parked request's KV for the longest common prefix of
+its tokens. ``make_room`` makes the coming
 decode step fit the budget: evict parked KV, then trim drafts, then preempt the most
 recently admitted request as vLLM and SGLang do (its KV is dropped; it is recomputed when
 re-admitted). Booked KV = running reservations + parked tokens; with a step's transient
@@ -55,7 +56,11 @@ class Batcher:
             reuse = entry.reusable(state.tokens) if entry is not None else 0
             is_decode = 0 < reuse == len(state.tokens) - 1
             reserve = reuse if is_decode else len(state.tokens)
-            extra = reserve - (entry.kv.num_tokens if entry is not None else 0)
+            # its KV, and room for this step's growth: one token per decoding row, its own
+            # included (running rows first, as vLLM schedules; admitted without that room,
+            # make_room would preempt it again at once, dropping the KV it resumed with)
+            grow = self.batch.num_decode + is_decode if self.batch.rows else 0
+            extra = reserve - (entry.kv.num_tokens if entry is not None else 0) + grow
             evict = self.parked.evict_lru
             while self.kv_tokens_used() + extra > budget and evict(state.request_id):
                 self.counts["num_parked_evictions"] += 1

@@ -194,7 +194,7 @@ class TorchEngine:
         segments, sampling = decode_inputs(rows, trees)
         logits = self._runner.forward(0, segments)  # (N, V)
         choices, logprobs = (t.tolist() for t in choose_tokens(logits, sampling))
-        done: list[tuple[int, FinishReason]] = []
+        done: list[tuple[EngineRequest, FinishReason]] = []
         offsets = [0, *accumulate(len(s.token_ids) for s in segments)]
         for slot, state in enumerate(rows):
             tree = trees.get(state.request_id)
@@ -207,9 +207,8 @@ class TorchEngine:
                 )
             reason = self._emit(state, tokens[:n], lps[:n], tree.num_nodes if tree else 0)
             if reason is not None:
-                done.append((slot, reason))
-        for slot, reason in reversed(done):
-            self._finish(slot, reason)
+                done.append((state, reason))
+        self._finish_all(done)
         return len(rows)
 
     def _prefill(self) -> tuple[int, int]:
@@ -222,7 +221,7 @@ class TorchEngine:
         ends = list(accumulate(len(s.token_ids) for s in segments))
         logits = self._runner.forward(start, segments, [e - 1 for e in ends])  # (M, V)
         choices, logprobs = (t.tolist() for t in choose_tokens(logits, sampling))
-        done: list[tuple[int, FinishReason]] = []
+        done: list[tuple[EngineRequest, FinishReason]] = []
         for i, seg in enumerate(segments):
             state = batch.rows[start + i]
             self._count_prefill(state, len(seg.token_ids))
@@ -231,9 +230,8 @@ class TorchEngine:
                 batch.promote(start + i)
                 reason = self._emit(state, [choices[i]], [logprobs[i]], 0)
                 if reason is not None:
-                    done.append((start + i, reason))
-        for slot, reason in reversed(done):
-            self._finish(slot, reason)
+                    done.append((state, reason))
+        self._finish_all(done)
         return ends[-1], len(segments)
 
     def _emit(
@@ -258,6 +256,12 @@ class TorchEngine:
             self._counts["num_recomputed_tokens"] += n
         elif state.is_reprefill:
             self._counts["num_reprefilled_tokens"] += n
+
+    def _finish_all(self, done: list[tuple[EngineRequest, FinishReason]]) -> None:
+        """End the rows that finished this step in the order they were admitted (so their
+        results, and the parked KV's least-recently-used order, follow admission)."""
+        for state, reason in sorted(done, key=lambda d: d[0].admitted_at):
+            self._finish(self._sched.batch.slot_of(state), reason)
 
     def _finish(self, slot: int, reason: FinishReason) -> None:
         state = self._sched.batch.rows[slot]
