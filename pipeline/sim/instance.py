@@ -146,7 +146,9 @@ class SimInstance:
             return used
         into = now - self.seg_start - self.seg_prefill
         steps = min(self.seg_steps, max(0, math.floor(into / self.seg_dt + 1e-9)))
-        return used + sum(min(steps * c.rate, c.target - c.done) for c in self.running)
+        return used + sum(
+            min(steps * c.rate, c.target - c.done) for c in self.running if not c.pending_prefill
+        )
 
     @property
     def num_load(self) -> int:

@@ -121,3 +121,20 @@ def test_overhead_outside_the_engine_lengthens_each_step_and_follows_each_report
     second = plain.plan(first[0]), slow.plan(first[1])
     assert second[0] is not None and second[1] is not None
     assert (second[1] - first[1]) - (second[0] - first[0]) == pytest.approx(5e-3 + 40 * 1e-3)
+
+
+def test_chunked_prefill_runs_the_first_admitted_first_within_the_step_budget() -> None:
+    inst = SimInstance(0, COST, max_batch=4, kv_capacity=1000, max_prefill_tokens=32)
+    inst.enqueue(chunk(0, 70, 3))
+    inst.enqueue(chunk(1, 10, 3))
+    for _ in range(2):  # 32 tokens of request 0 a step; request 1 waits its turn
+        inst.plan(0.0)
+        assert inst.seg_steps == 1  # a step that leaves a prefill unfinished ends the stretch
+        assert inst.finish() == [] and [c.done for c in inst.running] == [0.0, 0.0]
+    assert [c.pending_prefill for c in inst.running] == [6, 10]
+    # the third step completes both prefills (each samples its first token); two more
+    # decode steps finish them
+    inst.plan(0.0)
+    assert inst.seg_steps == 3 and inst.counts["num_steps"] == 2
+    assert sorted(c.request for c in inst.finish()) == [0, 1]
+    assert inst.counts["num_steps"] == 5

@@ -109,6 +109,8 @@ def test_bad_config_and_input_raise() -> None:
         simulate([], "divided", config(), COST)
     with pytest.raises(ValueError, match="unknown policy"):
         simulate(workload(), "fastest", config(), COST)
+    with pytest.raises(ValueError, match="max_prefill_tokens"):
+        config(max_prefill_tokens=0)
 
 
 def test_seer_workloads_follow_the_published_statistics() -> None:
