@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pipeline.sim.costmodel import CostModel
@@ -159,6 +159,15 @@ def cases(draw: st.DrawFn) -> Case:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
+@example(  # a one-token chunk ends in its prefill step, beside a decoding row ending
+    Case(
+        requests=((4, 5), (4, 5), (5, 13), (4, 16), (4, 13)),
+        max_batch=2,
+        budget=35,
+        chunk=3,
+        max_prefill=6,
+    )
+)
 def test_simulated_instance_keeps_the_engines_books(case: Case) -> None:
     live = run_engine(case)
     assert run_sim(case, max_steps=1) == live

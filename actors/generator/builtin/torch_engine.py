@@ -75,6 +75,7 @@ class TorchEngine:
         self._by_id: dict[str, EngineRequest] = {}
         self._deltas: list[StepDelta] = []
         self._finished: list[ChunkResult] = []
+        self._done: list[tuple[EngineRequest, FinishReason]] = []  # this step's, to end
         self._profile = self._measure_profile() if cfg.profile else None
 
     # ---- queries -------------------------------------------------------------------------
@@ -168,7 +169,7 @@ class TorchEngine:
             self.max_seq_len,
         )
         self._counts["num_steps"] += 1
-        self._deltas, self._finished = [], []
+        self._deltas, self._finished, self._done = [], [], []
         self._sched.admit()
         trees = self._sched.make_room(trees)
         decoding = {r.request_id for r in self._sched.batch.decoding}
@@ -176,6 +177,7 @@ class TorchEngine:
         contexts = [r.cache_len for r in self._sched.batch.decoding]
         rows = self._decode(trees)
         prefilled, segments = self._prefill()
+        self._finish_all()
         return StepResult(
             tuple(self._deltas),
             tuple(self._finished),
@@ -194,7 +196,6 @@ class TorchEngine:
         segments, sampling = decode_inputs(rows, trees)
         logits = self._runner.forward(0, segments)  # (N, V)
         choices, logprobs = (t.tolist() for t in choose_tokens(logits, sampling))
-        done: list[tuple[EngineRequest, FinishReason]] = []
         offsets = [0, *accumulate(len(s.token_ids) for s in segments)]
         for slot, state in enumerate(rows):
             tree = trees.get(state.request_id)
@@ -207,8 +208,7 @@ class TorchEngine:
                 )
             reason = self._emit(state, tokens[:n], lps[:n], tree.num_nodes if tree else 0)
             if reason is not None:
-                done.append((state, reason))
-        self._finish_all(done)
+                self._done.append((state, reason))
         return len(rows)
 
     def _prefill(self) -> tuple[int, int]:
@@ -221,7 +221,6 @@ class TorchEngine:
         ends = list(accumulate(len(s.token_ids) for s in segments))
         logits = self._runner.forward(start, segments, [e - 1 for e in ends])  # (M, V)
         choices, logprobs = (t.tolist() for t in choose_tokens(logits, sampling))
-        done: list[tuple[EngineRequest, FinishReason]] = []
         for i, seg in enumerate(segments):
             state = batch.rows[start + i]
             self._count_prefill(state, len(seg.token_ids))
@@ -230,8 +229,7 @@ class TorchEngine:
                 batch.promote(start + i)
                 reason = self._emit(state, [choices[i]], [logprobs[i]], 0)
                 if reason is not None:
-                    done.append((state, reason))
-        self._finish_all(done)
+                    self._done.append((state, reason))
         return ends[-1], len(segments)
 
     def _emit(
@@ -257,10 +255,11 @@ class TorchEngine:
         elif state.is_reprefill:
             self._counts["num_reprefilled_tokens"] += n
 
-    def _finish_all(self, done: list[tuple[EngineRequest, FinishReason]]) -> None:
-        """End the rows that finished this step in the order they were admitted (so their
-        results, and the parked KV's least-recently-used order, follow admission)."""
-        for state, reason in sorted(done, key=lambda d: d[0].admitted_at):
+    def _finish_all(self) -> None:
+        """End the rows that finished this step, decoding or prefilling, once both forwards
+        have run, in the order they were admitted (so their results, and the parked KV's
+        least-recently-used order, follow admission)."""
+        for state, reason in sorted(self._done, key=lambda d: d[0].admitted_at):
             self._finish(self._sched.batch.slot_of(state), reason)
 
     def _finish(self, slot: int, reason: FinishReason) -> None:
