@@ -4,11 +4,10 @@ Owns the waiting queue (FIFO; preempted requests go back to its front), the runn
 and the parked store. ``admit`` moves waiting requests into free slots while their KV and
 the coming step's growth of the decoding rows fit (evicting parked KV least-recently-used,
 never the request's own), reusing a parked request's KV for the longest common prefix of
-its tokens. ``make_room`` makes the coming
-decode step fit the budget: evict parked KV, then trim drafts, then preempt the most
-recently admitted request as vLLM and SGLang do (its KV is dropped; it is recomputed when
-re-admitted). Booked KV = running reservations + parked tokens; with a step's transient
-draft tokens it never exceeds ``kv_budget_tokens``.
+its tokens. ``make_room`` makes the coming decode step fit the budget: evict parked KV,
+then trim drafts, then preempt the most recently admitted request as vLLM and SGLang do
+(its KV is dropped; it is recomputed when re-admitted). Booked KV = running reservations +
+parked tokens; with a step's transient draft tokens it never exceeds ``kv_budget_tokens``.
 """
 
 from __future__ import annotations
