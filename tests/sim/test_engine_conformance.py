@@ -119,15 +119,14 @@ def run_sim(case: Case, max_steps: int) -> Books:
     for i, (prompt, _) in enumerate(case.requests):
         inst.enqueue(chunk(i, float(prompt), 0.0, 1))
     ends: list[tuple[int, int, int]] = []
-    now, end = 0.0, inst.plan(0.0)
+    end = inst.plan(0.0)
     while end is not None:
         for c in inst.finish():
             done[c.request] += c.done
             ends.append((inst.counts["num_steps"], c.request, round(done[c.request])))
             if not c.finishes and not c.out_of_kv:
                 inst.enqueue(chunk(c.request, c.ctx, done[c.request], c.chunk_seq + 1))
-        now, end = end, inst.plan(end)
-    assert now >= 0.0
+        end = inst.plan(end)
     return Books(
         steps=inst.counts["num_steps"],
         preemptions=inst.counts["num_preemptions"],
