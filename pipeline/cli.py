@@ -255,6 +255,7 @@ def _cmd_sim(args: argparse.Namespace) -> int:
             traces=args.traces,
             reprofile=args.reprofile,
             interleave=not args.fixed_table,
+            temperature=validate.TEMPERATURE if args.temperature is None else args.temperature,
         )
     elif args.what == "gap":
         from pipeline.sim import gap
@@ -435,6 +436,12 @@ def build_parser() -> argparse.ArgumentParser:
         "between the live blocks, the cached one compared)",
     )
     sim.add_argument("--traces", help="validate: replay the traces in this folder (no live runs)")
+    sim.add_argument(
+        "--temperature",
+        type=float,
+        help="validate: the live samples' temperature (default 0.03: the random bench model's "
+        "siblings repeat each other, so grouped drafts find text; at 1.0 they share none)",
+    )
     sim.add_argument("--workload", action="append", help="seer: moonlight, qwen2-vl-72b, kimi-k2")
     sim.add_argument("--scale", type=float, default=1.0, help="seer: fraction of the groups")
     sim.add_argument("--chunk-size", type=int, help="seer: tokens per chunk (default 4096)")

@@ -89,13 +89,23 @@ async def run_policies(
     console: Console,
     repeats: int = 1,
     ready_timeout_s: float | None = None,
+    temperature: float = 1.0,
+    streams: dict[str, dict[str, tuple[int, ...]]] | None = None,
 ) -> dict[str, list[RolloutRecord]]:
+    """Every policy's rollouts of ``workload`` on one topology. ``temperature``: the
+    samples' (the bench model is random: at 1.0 siblings share no text; at a few hundredths
+    they repeat each other as RL siblings do, so grouped drafts have something to find);
+    ``streams``: filled with each policy's output tokens by request id (its last
+    repeat's)."""
     prompts = [
         PromptSpec(prompt_id=p.prompt_id, token_ids=p.token_ids, forced_lens=p.target_lens)
         for p in workload.prompts
     ]
     sampling = SamplingSpec(
-        temperature=1.0, seed=workload.seed, ignore_eos=True, max_new_tokens=workload.max_new_tokens
+        temperature=temperature,
+        seed=workload.seed,
+        ignore_eos=True,
+        max_new_tokens=workload.max_new_tokens,
     )
     # scheduling alone: random-model text gives drafts nothing to find (`seer bench drafts`)
     gen = {"spec": {"mode": "off"}, **gen}
@@ -115,6 +125,10 @@ async def run_policies(
                     )
                 record = result.record
                 records[name].append(record)
+                if streams is not None:
+                    streams[name] = {
+                        s.request_id: s.token_ids for g in result.groups for s in g.samples
+                    }
                 console.print(f"{name} #{r + 1}: {record.makespan_s:.2f} s")
     return records
 

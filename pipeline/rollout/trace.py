@@ -10,9 +10,12 @@ Format (``version`` = `TRACE_VERSION`)::
                    "chunks": [{"chunk_seq", "instance", "dispatched_s", "start_s", "end_s",
                                "num_new_tokens", "generated_before",
                                "num_reprefilled_tokens", "finish_reason",
-                               "weight_version"}, ...]}, ...]}
+                               "weight_version", "spec": {"num_steps", "num_tokens",
+                               "num_draft_tokens", "num_accepted_tokens"}}, ...]}, ...]}
 
-Chunks sit under their request (they share its request_id, group_id and prompt_len).
+Chunks sit under their request (they share its request_id, group_id and prompt_len). A
+chunk's ``spec`` (its speculation counters) may be absent: traces written before it was
+saved load with zero counters.
 `load_trace` checks types, ranges (non-negative counts and times, dispatched <= start <= end,
 0 <= instance < num_instances), unique request ids, unique chunk_seq per request and known
 finish reasons, and raises `ValueError` naming the first problem with its JSON path. The
@@ -33,6 +36,7 @@ from transport.messages import (
     InstanceCounters,
     RequestRecord,
     RolloutRecord,
+    SpecStats,
 )
 
 TRACE_VERSION = 2  # 2: counters named num_*, chunks carry their weight version
@@ -59,6 +63,12 @@ _CHUNK_FIELDS: dict[str, type] = {
     "finish_reason": str,
     "weight_version": int,
 }
+_SPEC_FIELDS: dict[str, type] = {
+    "num_steps": int,
+    "num_tokens": int,
+    "num_draft_tokens": int,
+    "num_accepted_tokens": int,
+}
 _COUNTER_FIELDS: dict[str, type] = {
     "instance": int,
     "num_preemptions": int,
@@ -73,7 +83,12 @@ def trace_dict(record: RolloutRecord) -> dict[str, Any]:
     """The trace as JSON-able data (what `save_trace` writes)."""
     chunks: dict[str, list[dict[str, Any]]] = {r.request_id: [] for r in record.requests}
     for c in sorted(record.chunks, key=lambda c: (c.request_id, c.chunk_seq)):
-        chunks.setdefault(c.request_id, []).append({k: getattr(c, k) for k in _CHUNK_FIELDS})
+        chunks.setdefault(c.request_id, []).append(
+            {
+                **{k: getattr(c, k) for k in _CHUNK_FIELDS},
+                "spec": {k: getattr(c.spec, k) for k in _SPEC_FIELDS},
+            }
+        )
     requests = [
         {**{k: getattr(r, k) for k in _REQUEST_FIELDS}, "chunks": chunks[r.request_id]}
         for r in record.requests
@@ -166,11 +181,15 @@ def _chunks(
             raise ValueError(f"{at}: need dispatched_s <= start_s <= end_s")
         if any(o.chunk_seq == values["chunk_seq"] for o in out):
             raise ValueError(f"{at}.chunk_seq: duplicate {values['chunk_seq']}")
+        spec = SpecStats()
+        if "spec" in c:
+            spec = SpecStats(**_fields(c["spec"], _SPEC_FIELDS, f"{at}.spec"))
         out.append(
             ChunkRecord(
                 request_id=req.request_id,
                 group_id=req.group_id,
                 prompt_len=req.prompt_len,
+                spec=spec,
                 **values,
             )
         )

@@ -28,12 +28,13 @@ probability the tree gave node j (what the MBA policy ranks nodes by).
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from actors.drafts.suffix_tree import SuffixTree
 
-__all__ = ["AcceptanceTable", "SiblingModel", "measure_acceptance"]
+__all__ = ["AcceptanceTable", "SiblingModel", "acceptance_from_streams", "measure_acceptance"]
 
 REFS = (0, 1, 2, 4, 8, 15)
 SEER_CHAIN_ACCEPTANCE = {0: 1.70, 1: 2.04, 5: 2.32, 15: 2.53}  # REFERENCES.md, k = 1
@@ -58,7 +59,8 @@ class AcceptanceTable:
     g_max: int
     accept: list[list[float]]  # [ref index][j], j = 0..g_max; accept[.][0] = 1
     probs: list[list[float]]  # [ref index][j]: mean path probability of node j (j >= 1)
-    model: SiblingModel = field(default_factory=SiblingModel)
+    # the synthetic model the streams came from; None: recorded output
+    model: SiblingModel | None = field(default_factory=SiblingModel)
 
     def row(self, refs: int) -> int:
         """Index of the measured reference count at or below ``refs``."""
@@ -109,37 +111,85 @@ def _sibling(ref: list[int], m: SiblingModel, rng: random.Random) -> list[int]:
     return out
 
 
+class _Tally:
+    """Drafts and their outcomes per reference count, as a live generator would see them."""
+
+    def __init__(
+        self, refs: tuple[int, ...], g_max: int, min_prob: float = 0.0, max_match: int = 32
+    ) -> None:
+        self.refs, self.g_max = refs, g_max
+        self.min_prob, self.max_match = min_prob, max_match
+        self.hits = [[0.0] * (g_max + 1) for _ in refs]
+        self.pp = [[0.0] * (g_max + 1) for _ in refs]
+        self.drafts = [0] * len(refs)
+
+    def run(self, i: int, own: list[int], others: list[list[int]], every: int) -> None:
+        """``own`` drafts from a tree holding ``others`` (whole) and its own stream so far:
+        a chain of up to ``g_max`` tokens every ``every`` tokens, checked against ``own``."""
+        g_max = self.g_max
+        tree = SuffixTree(64)
+        for s, stream in enumerate(others, start=1):
+            tree.append(s, stream)
+        matcher = tree.matcher(self.max_match, 8)
+        fed = 0
+        for t in range(0, len(own) - g_max, every):
+            tree.append(0, own[fed:t])
+            matcher.feed(own[fed:t])
+            fed = t
+            d = matcher.speculate(max_tokens=g_max, top_k_paths=1, min_prob=self.min_prob)
+            self.drafts[i] += 1
+            ok = 0
+            for j, tok in enumerate(d.token_ids):
+                self.pp[i][j + 1] += d.probs[j]
+                if ok == j and tok == own[t + j]:
+                    ok += 1
+            for j in range(1, ok + 1):
+                self.hits[i][j] += 1
+
+    def table(self, model: SiblingModel | None) -> AcceptanceTable:
+        n = [max(d, 1) for d in self.drafts]
+        accept = [[1.0] + [h / n[i] for h in self.hits[i][1:]] for i in range(len(self.refs))]
+        probs = [[0.0] + [p / n[i] for p in self.pp[i][1:]] for i in range(len(self.refs))]
+        return AcceptanceTable(self.refs, self.g_max, accept, probs, model)
+
+
 @lru_cache(maxsize=8)
 def measure_acceptance(model: SiblingModel | None = None, g_max: int = 8) -> AcceptanceTable:
     """Run real suffix trees over the model's sibling streams (about a second)."""
     m = model or SiblingModel()
     rng = random.Random(m.seed)
-    hits = [[0.0] * (g_max + 1) for _ in REFS]
-    pp = [[0.0] * (g_max + 1) for _ in REFS]
-    drafts = [0] * len(REFS)
+    tally = _Tally(REFS, g_max)
     for _ in range(m.num_groups):
         ref = _reference(m, rng)
         siblings = [_sibling(ref, m, rng) for _ in range(max(REFS) + 1)]
-        own = siblings[0]
         for i, k in enumerate(REFS):
-            tree = SuffixTree(64)
-            for s in range(1, k + 1):
-                tree.append(s, siblings[s])
-            matcher = tree.matcher(32, 8)
-            fed = 0
-            for t in range(0, m.length - g_max, m.sample_every):
-                tree.append(0, own[fed:t])
-                matcher.feed(own[fed:t])
-                fed = t
-                d = matcher.speculate(max_tokens=g_max, top_k_paths=1, min_prob=0.0)
-                drafts[i] += 1
-                ok = 0
-                for j, tok in enumerate(d.token_ids):
-                    pp[i][j + 1] += d.probs[j]
-                    if ok == j and tok == own[t + j]:
-                        ok += 1
-                for j in range(1, ok + 1):
-                    hits[i][j] += 1
-    accept = [[1.0] + [h / drafts[i] for h in hits[i][1:]] for i in range(len(REFS))]
-    probs = [[0.0] + [p / drafts[i] for p in pp[i][1:]] for i in range(len(REFS))]
-    return AcceptanceTable(REFS, g_max, accept, probs, m)
+            tally.run(i, siblings[0], siblings[1 : k + 1], m.sample_every)
+    return tally.table(m)
+
+
+def acceptance_from_streams(
+    groups: Sequence[Sequence[Sequence[int]]],
+    g_max: int = 8,
+    sample_every: int = 3,
+    *,
+    min_prob: float = 0.0,
+    max_match: int = 32,
+) -> AcceptanceTable:
+    """The same measurement over recorded output: ``groups`` holds each group's siblings'
+    token streams (a rollout's samples). Every sibling in turn drafts from a tree holding
+    ``k`` of its siblings' streams and its own so far, for every ``k`` the group size
+    allows (``refs``: 0 .. the largest group size - 1), so the table is what grouped
+    drafting found in that text, by how many siblings were ahead."""
+    size = max((len(g) for g in groups), default=1)
+    refs = tuple(range(size))
+    tally = _Tally(refs, g_max, min_prob, max_match)
+    for group in groups:
+        streams = [list(s) for s in group]
+        for o, own in enumerate(streams):
+            others = streams[o + 1 :] + streams[:o]
+            for i, k in enumerate(refs):
+                if k <= len(others):
+                    tally.run(i, own, others[:k], sample_every)
+    if not any(tally.drafts):
+        raise ValueError("acceptance_from_streams: no stream is longer than g_max tokens")
+    return tally.table(None)

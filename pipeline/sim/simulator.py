@@ -27,6 +27,7 @@ Deterministic for a given seed.
 
 from __future__ import annotations
 
+import copy
 import heapq
 import math
 import random
@@ -39,10 +40,13 @@ from typing import Any, Literal
 from actors.drafts.options import SpecConfig
 from actors.drafts.policy import Candidate, SpecPolicy, make_draft_policy
 from actors.estimator.core import LengthEstimator
+from actors.generator.engine import StepDelta, StepResult
+from actors.generator.speculator import Speculator
 from actors.scheduler import InstanceLoad, Policy, RequestState, SchedulerCore, make_policy
 from pipeline.sim.acceptance import AcceptanceTable, measure_acceptance
 from pipeline.sim.costmodel import CostModel
 from pipeline.sim.instance import Chunk, KvPool, SimInstance
+from pipeline.sim.replay import ReplayClient, ReplayTrees, accepted_len
 from transport.messages import (
     ChunkRecord,
     InstanceCounters,
@@ -68,6 +72,8 @@ class SimRequest:
     prompt_len: int
     output_len: int  # the true length (engine and oracle only)
     max_new_tokens: int
+    # the recorded output (a live trace's): grouped drafts then replay on it
+    token_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,6 +151,7 @@ class _Run:
         cost: CostModel,
         acceptance: AcceptanceTable | None,
         policy_object: Policy | None = None,
+        spec_state: Sequence[SpecPolicy] | None = None,
     ) -> None:
         if not requests:
             raise ValueError("simulate needs at least one request")
@@ -212,19 +219,51 @@ class _Run:
         self.acceptance: AcceptanceTable | None = acceptance
         self.rng = random.Random(config.seed)
         self.spec: list[SpecPolicy] = []
+        # recorded output: grouped drafts replay on it, step by step (``replay``)
+        recorded = [r for r in self.reqs if r.token_ids]
+        self.replay = config.spec == "group" and bool(recorded)
+        if recorded and (
+            len(recorded) < len(self.reqs) or any(len(r.token_ids) < r.output_len for r in recorded)
+        ):
+            raise ValueError("recorded tokens must cover every request's whole output")
+        self.speculators: list[Speculator] = []
+        self._chunk_of: dict[int, Chunk] = {}  # request -> its chunk dispatched or running
+        self._started: set[int] = set()  # chunks (id) a speculator tracks
         if config.spec == "group":
-            acceptance = acceptance or measure_acceptance(g_max=config.g_max)
+            if not self.replay:
+                acceptance = acceptance or measure_acceptance(g_max=config.g_max)
             self.acceptance = acceptance
             spec_cfg = SpecConfig(mode="group", g_max=config.g_max)
             mean_ctx = sum(r.prompt_len + r.output_len / 2 for r in self.reqs) / len(self.reqs)
-            for _ in self.instances:
-                self.spec.append(
-                    make_draft_policy(spec_cfg, lambda b, g: cost.decode_s(b, mean_ctx, g))
+
+            def step_time(b: int, g: float) -> float:
+                return cost.decode_s(b, mean_ctx, g)
+
+            if self.replay:
+                trees = ReplayTrees(
+                    [r.token_ids for r in self.reqs], self.members, self._generated, spec_cfg
                 )
+                for _ in self.instances:
+                    speculator = Speculator(spec_cfg, step_time)
+                    speculator.client = ReplayClient(trees, self.index)  # type: ignore[assignment]
+                    self.speculators.append(speculator)
+                    self.spec.append(speculator.policy)
+            else:
+                self.spec = [make_draft_policy(spec_cfg, step_time) for _ in self.instances]
             for inst in self.instances:
-                inst.on_batch = self._set_drafts
-            for spec_policy in self.spec:
-                self._warm(spec_policy, acceptance)
+                inst.on_batch = self._replay_drafts if self.replay else self._set_drafts
+            if spec_state is not None:  # continue from an earlier rollout's policies
+                if len(spec_state) != len(self.instances):
+                    raise ValueError(
+                        f"spec_state has {len(spec_state)} policies for "
+                        f"{len(self.instances)} instances"
+                    )
+                self.spec = [copy.deepcopy(p) for p in spec_state]
+                for speculator, spec_policy in zip(self.speculators, self.spec, strict=False):
+                    speculator.policy = spec_policy
+            elif acceptance is not None and not self.replay:  # warm: earlier iterations
+                for spec_policy in self.spec:
+                    self._warm(spec_policy, acceptance)
         self._grants: list[dict[Any, dict[tuple[int, bool], int]]] = [{} for _ in self.instances]
         self._observed = [0] * len(self.instances)
         self.progress = [0.0] * len(self.reqs)
@@ -322,6 +361,50 @@ class _Run:
             ok += 1
         policy.observe(g, ok, table.probs[row][1 : g + 1], [j < ok for j in range(g)])
 
+    def _generated(self, r: int) -> int:
+        """Tokens request ``r`` has generated so far, as the simulation stands."""
+        c = self._chunk_of.get(r)
+        if c is None:
+            return self.states[r].generated
+        return int(c.ctx + 0.5) - self.reqs[r].prompt_len
+
+    def _replay_drafts(self, inst: SimInstance) -> None:
+        """One engine step's speculation on recorded output: the instance's live
+        ``Speculator`` drafts for the decoding rows and its policy grants; each granted draft
+        is verified against the row's recorded continuation, and the step's tokens (accepted
+        path and bonus token) set the row's rate for a stretch of one step."""
+        spec = self.speculators[inst.index]
+        decoding = [c for c in inst.running if c.sampled and not c.pending_prefill]
+        for c in inst.running:
+            c.draft, c.rate = 0, 1.0
+            if id(c) not in self._started:
+                self._started.add(id(c))
+                r = c.request
+                req = self.reqs[r]
+                n = self._generated(r)
+                spec.start(
+                    req.request_id, req.group_id, c.chunk_seq, (), req.token_ids[:n], req.is_probe
+                )
+        if not decoding:
+            return
+        ids = [self.reqs[c.request].request_id for c in decoding]
+        drafts = spec.drafts(ids)
+        deltas = []
+        for c, rid in zip(decoding, ids, strict=True):
+            r = c.request
+            pos = self._generated(r)
+            tokens = self.reqs[r].token_ids
+            draft = drafts.get(rid)
+            left = max(1, round(c.target - c.done))
+            ok = accepted_len(draft, tokens[pos : pos + left - 1]) if draft else 0
+            if draft:
+                c.draft = len(draft.token_ids)
+            c.rate = float(1 + ok)
+            made = tuple(tokens[pos : pos + 1 + ok])
+            deltas.append(StepDelta(rid, made, (), c.draft, ok))
+        spec.observe(StepResult(deltas=tuple(deltas), finished=()), ids)
+        inst.one_step = True
+
     # --- the loop ----------------------------------------------------------------------------
     def _push(self, inst: SimInstance, end: float | None) -> None:
         if end is not None:
@@ -350,6 +433,7 @@ class _Run:
                 dispatched_s=now,
                 new_ctx=d.chunk_seq == 1,
             )
+            self._chunk_of[r] = chunk
             if self.cfg.dispatch_latency_s > 0:
                 self._event(now + self.cfg.dispatch_latency_s, _ARRIVE, d.instance, chunk)
                 continue
@@ -371,11 +455,15 @@ class _Run:
     def _chunk_ended(self, inst: SimInstance, c: Chunk, now: float) -> None:
         r = c.request
         spec, st = self.reqs[r], self.states[r]
+        if self.speculators and id(c) in self._started:
+            self._started.discard(id(c))
+            self.speculators[inst.index].end(spec.request_id)
         before = st.generated
         n = round(c.done) if not c.out_of_kv else int(c.done)
         finished = (c.finishes and n >= c.target - 1e-6) or c.out_of_kv
         self.core.on_chunk_finished(spec.request_id, inst.index, c.chunk_seq, n, finished, now)
         self.progress[r] = float(st.generated)
+        self._chunk_of.pop(r, None)
         load = InstanceLoad(
             index=inst.index,
             num_running=inst.num_load,
@@ -394,14 +482,13 @@ class _Run:
             new = self.estimator.on_request_finished(spec.group_id, st.generated)
             if new is not None:
                 self.core.update_estimate(spec.group_id, new)
-        stats = SpecStats()
-        if self.spec:
-            stats = SpecStats(
-                num_steps=max(1, round(c.num_steps)),
-                num_tokens=n,
-                num_draft_tokens=round(c.num_draft_tokens),
-                num_accepted_tokens=round(c.num_accepted_tokens),
-            )
+        # verify steps are counted without speculation too (acceptance length 1.0), as live
+        stats = SpecStats(
+            num_steps=max(1, round(c.num_steps)),
+            num_tokens=n,
+            num_draft_tokens=round(c.num_draft_tokens),
+            num_accepted_tokens=round(c.num_accepted_tokens),
+        )
         self.chunks.append(
             ChunkRecord(
                 request_id=spec.request_id,
@@ -464,6 +551,8 @@ class _Run:
             {  # per instance: engine steps and the time inside them (for validation)
                 "num_steps": [inst.counts["num_steps"] for inst in self.instances],
                 "engine_s": [inst.engine_s for inst in self.instances],
+                # each instance's speculation policy as the rollout left it (``spec_state``)
+                "spec_policies": list(self.spec),
             },
         )
 
@@ -511,8 +600,12 @@ def simulate(
     *,
     acceptance: AcceptanceTable | None = None,
     policy_object: Policy | None = None,
+    spec_state: Sequence[SpecPolicy] | None = None,
 ) -> SimResult:
     """One simulated rollout of ``requests`` under ``policy`` (a ``make_policy`` name;
     ``policy_object``, if given, is the policy run instead and ``policy`` only its label:
-    diagnostic variants, see ``pipeline.sim.gap``)."""
-    return _Run(requests, policy, config, cost, acceptance, policy_object).run(policy)
+    diagnostic variants, see ``pipeline.sim.gap``). Speculation policies: ``spec_state``
+    (copies of an earlier rollout's, ``SimResult.extra["spec_policies"]``: a generator's
+    policy lives on from one rollout to the next); else, on recorded tokens, fresh ones
+    (a generator's first rollout), and on the acceptance table, warm ones."""
+    return _Run(requests, policy, config, cost, acceptance, policy_object, spec_state).run(policy)

@@ -27,9 +27,18 @@
    System constants of this machine, measured from the seed's live runs (pooled over its
    policies, not outcomes of one): the control plane's dispatch, result and start-up
    delays (``latencies``, from traces) and the generator's time outside engine steps, per
-   step and per reported chunk (``steplog.overheads``). With drafts, acceptance comes from
-   real suffix trees over independent random tokens of the model's vocabulary (the bench
-   model is random, so its siblings share no text).
+   step and per reported chunk (``steplog.overheads``). With drafts, speculation replays on
+   the run's own output (saved beside the trace as ``tokens-<config>-seed<n>.json``): each
+   simulated instance runs the live generator's ``Speculator`` and MBA policy, drafting
+   from real suffix trees over the siblings' recorded tokens as far as the simulation has
+   generated them, each draft verified against the request's recorded continuation
+   (``pipeline.sim.replay``); a generator's policy lives on through the block's
+   configurations in the order the live topology ran them (the first starts fresh, as a
+   new generator process does). The bench model is random: at temperature 1.0 its
+   siblings share no text and drafts find nothing, so the live side samples at
+   ``TEMPERATURE`` (0.03), where siblings repeat each other (``acceptance`` in the JSON:
+   what chains of 8 find in that output, by siblings ahead, beside Seer's figures); the
+   work (forced lengths) is the same at any temperature.
    Instance speed: on this host two processes doing the same work run at different
    speeds, and a rollout waits for the slower one. Each replay is run ``DRAWS`` times with
    each instance's cost factor drawn from the *other* seeds' live generators (their logged
@@ -57,6 +66,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import json
 import os
@@ -85,7 +95,13 @@ from pipeline.rollout.trace import load_trace, save_trace
 from pipeline.rollout.workload import Workload, make_workload
 from pipeline.sim import profile as sim_profile
 from pipeline.sim import steplog
-from pipeline.sim.acceptance import SiblingModel, measure_acceptance
+from pipeline.sim.acceptance import (
+    SEER_CHAIN_ACCEPTANCE,
+    AcceptanceTable,
+    SiblingModel,
+    acceptance_from_streams,
+    measure_acceptance,
+)
 from pipeline.sim.costmodel import CostModel, load_table
 from pipeline.sim.simulator import SimConfig, simulate
 from pipeline.sim.workload import from_record
@@ -94,6 +110,9 @@ from transport.messages import RolloutRecord
 __all__ = ["run", "teacher_forced_error"]
 
 RANDOM_TEXT = SiblingModel(vocab=259, p_repeat=0.0, p_noise=1.0, p_jump=0.0)
+# the live samples' temperature: the random bench model's siblings repeat each other there
+# (grouped drafts of 8 hold ~1.8 tokens with 3 siblings' streams, measured on its output)
+TEMPERATURE = 0.03
 
 
 SIZES = ("tiny", "quick", "full")
@@ -206,21 +225,41 @@ def _sim_config(
     )
 
 
+Streams = dict[str, dict[str, tuple[int, ...]]]  # policy -> request id -> output tokens
+
+
 def _live(
-    workload: Workload, gen: dict[str, Any], chunk_size: int, console: Console, steps: Path
+    workload: Workload,
+    gen: dict[str, Any],
+    chunk_size: int,
+    console: Console,
+    steps: Path,
+    temperature: float,
+    streams: Streams,
 ) -> dict[str, list[RolloutRecord]]:
     """The four policies live, one topology, its generators logging their steps into
-    ``steps``; a topology that fails to start (a loaded machine can miss the launcher's
-    readiness deadline) is tried once more."""
+    ``steps`` and each policy's output tokens into ``streams``; a topology that fails to
+    start (a loaded machine can miss the launcher's readiness deadline) is tried once
+    more."""
     before = os.environ.get(STEP_LOG_ENV)
     try:
         for attempt in range(2):
             shutil.rmtree(steps, ignore_errors=True)
             os.environ[STEP_LOG_ENV] = str(steps)  # the launcher passes it to the actors
             try:
-                return anyio.run(
-                    run_policies, workload, gen, chunk_size, POLICIES, console, 1, 300.0
+                go = functools.partial(
+                    run_policies,
+                    workload,
+                    gen,
+                    chunk_size,
+                    POLICIES,
+                    console,
+                    1,
+                    300.0,
+                    temperature=temperature,
+                    streams=streams,
                 )
+                return anyio.run(go)
             except LaunchError:
                 if attempt:
                     raise
@@ -246,7 +285,7 @@ def instance_speeds(
     return tuple(1.0 / r if r > 0 else 1.0 for r in ratios[:num_instances])
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class _Block:
     """One seed's live runs of every policy with one speculation setting."""
 
@@ -255,6 +294,23 @@ class _Block:
     workload: Workload
     live: dict[str, list[RolloutRecord]]
     steps: dict[str, list[list[dict[str, float]]]]  # policy -> each generator's steps
+    streams: Streams = dataclasses.field(default_factory=dict)  # policy -> output tokens
+
+    def recorded_acceptance(self, policy: str) -> AcceptanceTable | None:
+        """What chains of drafts find in this run's output, by siblings ahead (None
+        without drafts or without its recorded tokens)."""
+        if not self.suffix or not self.streams.get(policy):
+            return None
+        return _recorded_acceptance(self, policy)
+
+
+@functools.lru_cache(maxsize=64)
+def _recorded_acceptance(block: _Block, policy: str) -> AcceptanceTable:
+    tokens = block.streams[policy]
+    groups: dict[str, list[tuple[int, ...]]] = {}
+    for r in block.live[policy][0].requests:
+        groups.setdefault(r.group_id, []).append(tokens[r.request_id])
+    return acceptance_from_streams(list(groups.values()))
 
 
 _Replayed = tuple[
@@ -298,12 +354,22 @@ def _replay(
         for policy, per in block.steps.items():
             splits.setdefault(policy + block.suffix, []).extend(steplog.time_split(s) for s in per)
         measured_latencies.append({"dispatch": lat[0], "result": lat[1], "start": lat[2], **over})
+        # a live generator's speculation policy lives on through the block's rollouts (one
+        # topology runs them in this order): each replay starts from the policies the
+        # previous configuration's replay (at the table's price) left; the first, fresh
+        state: Any = None
         for policy, records in block.live.items():
             name = policy + block.suffix
             record = records[0]
-            reqs = from_record(record, block.workload.max_new_tokens)
+            # with drafts and recorded tokens, grouped drafts replay on the run's own output
+            tokens = block.streams.get(policy) if block.suffix else None
+            reqs = from_record(record, block.workload.max_new_tokens, tokens)
             cfg = _sim_config(gen, chunk_size, bool(block.suffix), block.seed, lat, over)
-            sim = simulate(reqs, policy, cfg, cost, acceptance=acceptance)
+            # no recorded tokens (older traces): drafts from the random-text table
+            acc = acceptance if tokens is None else None
+            sim = simulate(reqs, policy, cfg, cost, acceptance=acc, spec_state=state)
+            start: Any = state
+            state = sim.extra["spec_policies"] if reqs[0].token_ids else None
             lm, sm = compute_metrics(record), compute_metrics(sim.record)
             row = rows.setdefault(name, {})
             if normalize and policy in block.steps:  # live engine steps against simulated
@@ -311,7 +377,7 @@ def _replay(
                 live_engine = sum(s["end_s"] - s["start_s"] for s in logged)
                 # diagnostic: each instance at the speed its own live steps ran
                 speeds = instance_speeds(block.steps[policy], cost, cfg.num_instances)
-                nm = _at_speeds(reqs, policy, cfg, cost, acceptance, speeds)
+                nm = _at_speeds(reqs, policy, cfg, cost, acc, speeds, start)
                 for key, value in (
                     ("live_num_steps", len(logged)),
                     ("sim_num_steps", sum(sim.extra["num_steps"])),
@@ -326,12 +392,12 @@ def _replay(
             draw_key = (block.seed, POLICIES.index(policy), int(bool(block.suffix)))
             pool = (pools or {}).get(block.seed)
             if pool:
-                spans, tails = _drawn(reqs, policy, cfg, cost, acceptance, pool, draw_key)
+                spans, tails = _drawn(reqs, policy, cfg, cost, acc, pool, draw_key, start)
                 makespan, tail = statistics.median(spans), statistics.median(tails)
                 draws.setdefault(name, []).append((spans, tails))
             spread = (spread_pools or {}).get(block.seed)
             if spread:  # the same draws (key) from the centred pool
-                table = _drawn(reqs, policy, cfg, cost, acceptance, spread, draw_key)
+                table = _drawn(reqs, policy, cfg, cost, acc, spread, draw_key, start)
                 row.setdefault("table_makespan_s", []).append(statistics.median(table[0]))
                 row.setdefault("table_tail_s", []).append(statistics.median(table[1]))
             for key, value in (
@@ -400,11 +466,13 @@ def _at_speeds(
     cost: CostModel,
     acceptance: Any,
     speeds: tuple[float, ...],
+    spec_state: Any = None,
 ) -> dict[str, Any]:
     """The metrics of one replay with each instance's steps costing ``speeds[i]`` times the
     table's price."""
     config = dataclasses.replace(cfg, instance_speed=speeds)
-    return compute_metrics(simulate(reqs, policy, config, cost, acceptance=acceptance).record)
+    sim = simulate(reqs, policy, config, cost, acceptance=acceptance, spec_state=spec_state)
+    return compute_metrics(sim.record)
 
 
 def _drawn(
@@ -415,6 +483,7 @@ def _drawn(
     acceptance: Any,
     pool: list[float],
     key: tuple[int, ...],
+    spec_state: Any = None,
 ) -> tuple[list[float], list[float]]:
     """Makespans and tails of ``DRAWS`` replays, each instance's cost factor drawn from
     ``pool`` (seeded by ``key``: the same draws every time)."""
@@ -422,7 +491,7 @@ def _drawn(
     makespans, tails = [], []
     for factors in rng.choice(pool, size=(DRAWS, cfg.num_instances)):
         speeds = tuple(float(f) for f in factors)
-        m = _at_speeds(reqs, policy, cfg, cost, acceptance, speeds)
+        m = _at_speeds(reqs, policy, cfg, cost, acceptance, speeds, spec_state)
         makespans.append(m["makespan_s"])
         tails.append(m["tail_s"])
     return makespans, tails
@@ -492,6 +561,37 @@ def _policy_steps(folder: Path) -> dict[str, list[list[dict[str, float]]]]:
     }
 
 
+def _load_streams(folder: Path, suffix: str, seed: int) -> Streams:
+    """The output tokens saved beside a seed's traces (absent for traces recorded before
+    they were saved: those replay on random text)."""
+    out: Streams = {}
+    for p in POLICIES:
+        path = folder / f"tokens-{p}{suffix}-seed{seed}.json"
+        if path.exists():
+            out[p] = {rid: tuple(t) for rid, t in json.loads(path.read_text()).items()}
+    return out
+
+
+def _acceptance_summary(blocks: list[_Block], fallback: Any) -> dict[str, Any]:
+    """Mean acceptance length of a full chain, by siblings ahead, in the live output the
+    +drafts replays drafted from (the median over those runs), beside Seer's figures."""
+    tables = [t for b in blocks for p in POLICIES if (t := b.recorded_acceptance(p))]
+    if not tables:
+        info = fallback.as_dict() if fallback is not None else {}
+        return {"source": "random text" if fallback is not None else "none", **info}
+    lengths: dict[str, list[float]] = {}
+    for t in tables:
+        for r in t.refs:
+            lengths.setdefault(str(r), []).append(t.expected_tokens(r, t.g_max))
+    return {
+        "source": "recorded",
+        "mean_acceptance_length_gmax": {
+            k: round(statistics.median(v), 3) for k, v in lengths.items()
+        },
+        "seer_published": {str(k): v for k, v in SEER_CHAIN_ACCEPTANCE.items()},
+    }
+
+
 def _load_average() -> float:
     try:
         return os.getloadavg()[0]
@@ -515,9 +615,12 @@ def run(
     traces: str | None = None,
     reprofile: bool = False,
     interleave: bool = True,
+    temperature: float = TEMPERATURE,
 ) -> dict[str, Any]:
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
     size = size or ("quick" if quick else "full")
     if size not in SIZES:
         raise ValueError(f"size must be one of {SIZES}, got {size!r}")
@@ -552,19 +655,25 @@ def run(
         workload = _workload(size, seed)
         for suffix, spec in variants:
             steps_dir = Path(traces or folder) / "steps" / f"seed{seed}{suffix}"
+            streams: Streams = {}
             if traces:  # replay the traces an earlier run recorded (no live runs)
                 live = {
                     p: [load_trace(Path(traces) / f"trace-{p}{suffix}-seed{seed}.json")]
                     for p in POLICIES
                 }
+                streams = _load_streams(Path(traces), suffix, seed)
             else:
-                live = _live(workload, {**gen, **spec}, chunk_size, console, steps_dir)
+                live = _live(
+                    workload, {**gen, **spec}, chunk_size, console, steps_dir, temperature, streams
+                )
                 for policy, records in live.items():
                     save_trace(records[0], folder / f"trace-{policy}{suffix}-seed{seed}.json")
+                    out = folder / f"tokens-{policy}{suffix}-seed{seed}.json"
+                    out.write_text(json.dumps(streams.get(policy, {})))
                 if sweep is not None:
                     console.print(f"profile pass {sweep.passes + 1}")
                     sim_profile.measure_pass(sweep)
-            blocks.append(_Block(seed, suffix, workload, live, _policy_steps(steps_dir)))
+            blocks.append(_Block(seed, suffix, workload, live, _policy_steps(steps_dir), streams))
     if sweep is not None:
         table_data = sweep.table()
         table = str(folder / "profile-interleaved.json")
@@ -667,6 +776,8 @@ def run(
         "median_norm_tail_err": _median_of(policies, "norm_tail_err"),
         **_norm_ranking(policies, live_rank),
         "seeds": seeds,
+        "temperature": None if traces else temperature,  # the live samples'
+        "acceptance": _acceptance_summary(blocks, acceptance),
         "latencies_s": measured_latencies,
         "generator": gen,
         "chunk_size": chunk_size,
@@ -742,6 +853,7 @@ def _table(summary: dict[str, Any]) -> Table:
         "sim tail",
         "tail err",
         "preempt live/sim",
+        "accept len live/sim",
         "steps live/sim",
         "engine s live/sim",
         "err, no draws",
@@ -759,6 +871,7 @@ def _table(summary: dict[str, Any]) -> Table:
             f"{p['sim_tail_s']:.2f}",
             f"{p['tail_err']:.1%}",
             f"{p['live_preemptions']:.0f}/{p['sim_preemptions']:.0f}",
+            f"{p['live_accept_len']:.2f}/{p['sim_accept_len']:.2f}",
             f"{p.get('live_num_steps', 0):.0f}/{p.get('sim_num_steps', 0):.0f}",
             f"{p.get('live_engine_s', 0):.2f}/{p.get('sim_engine_s', 0):.2f}",
             f"{p['uniform_makespan_err']:.1%}",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pipeline.sim.simulator import SimRequest
@@ -130,12 +131,26 @@ def seer_requests(
     return out
 
 
-def from_record(record: RolloutRecord, max_new_tokens: int) -> list[SimRequest]:
+def from_record(
+    record: RolloutRecord,
+    max_new_tokens: int,
+    tokens: Mapping[str, Sequence[int]] | None = None,
+) -> list[SimRequest]:
     """A live rollout's requests with their recorded output lengths, in arrival order: by
     arrival time, then as the record lists them (its arrival order). Ties broken by id
     put group 10 before group 1, and the baseline pins groups to instances round-robin by
     arrival, so such a replay split a rollout's work between instances unlike the live
-    run."""
+    run. ``tokens``: the run's output tokens by request id (grouped drafts then replay on
+    them); every request must have its whole output there."""
+    tokens = tokens or {}
+    for r in record.requests:
+        got = tokens.get(r.request_id)
+        if tokens and (got is None or len(got) < r.output_len):
+            have = "none" if got is None else f"{len(got)}"
+            raise ValueError(
+                f"from_record: request {r.request_id} made {r.output_len} tokens; the "
+                f"recorded tokens have {have}"
+            )
     reqs = sorted(record.requests, key=lambda r: r.arrival_s)  # stable: the record's order
     return [
         SimRequest(
@@ -146,6 +161,7 @@ def from_record(record: RolloutRecord, max_new_tokens: int) -> list[SimRequest]:
             prompt_len=r.prompt_len,
             output_len=r.output_len,
             max_new_tokens=max_new_tokens,
+            token_ids=tuple(tokens[r.request_id][: r.output_len]) if tokens else (),
         )
         for r in reqs
     ]

@@ -22,6 +22,7 @@ from transport.messages import (
     RequestRecord,
     RolloutFinished,
     RolloutRecord,
+    SpecStats,
 )
 
 
@@ -39,6 +40,10 @@ def _chunk(rid: str, instance: int, seq: int, start: float, end: float) -> Chunk
         generated_before=16 * seq,
         num_reprefilled_tokens=9 if seq else 0,
         finish_reason="chunk" if seq < 1 else "length",
+        # speculation counters on some chunks (metrics read them: mean acceptance length)
+        spec=SpecStats(num_steps=10, num_tokens=16, num_draft_tokens=9, num_accepted_tokens=6)
+        if instance
+        else SpecStats(),
     )
 
 
@@ -96,6 +101,19 @@ def test_round_trip_keeps_everything(tmp_path: Path) -> None:
     assert compute_metrics(loaded) == compute_metrics(RECORD)
 
 
+def test_a_trace_without_speculation_counters_loads_with_zeros(tmp_path: Path) -> None:
+    data = trace_dict(RECORD)  # as written before chunks carried ``spec``
+    for req in data["requests"]:
+        for chunk in req["chunks"]:
+            del chunk["spec"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    loaded = load_trace(path)
+    assert all(c.spec == SpecStats() for c in loaded.chunks)
+    assert compute_metrics(loaded)["num_draft_tokens"] == 0
+    assert compute_metrics(RECORD)["mean_accept_len"] == pytest.approx(1.6)
+
+
 def test_trace_nests_chunks_under_their_request(tmp_path: Path) -> None:
     data = json.loads(save_trace(RECORD, tmp_path / "trace.json").read_text())
     assert data["version"] == TRACE_VERSION == 2
@@ -151,6 +169,11 @@ BAD = [
         "instances[0].num_preemptions: expected int",
     ),
     ("nan", _set("makespan_s", float("nan")), "makespan_s: must be finite"),
+    (
+        "spec",
+        _set("requests.1.chunks.0.spec", {"num_steps": -1}),
+        "requests[1].chunks[0].spec.num_steps: must be finite and >= 0",
+    ),
 ]
 
 

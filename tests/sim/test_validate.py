@@ -26,9 +26,10 @@ def test_tiny_validate_run_writes_the_json_shape(tmp_path: Path) -> None:
     table_path = tmp_path / "table.json"
     table_path.write_text(json.dumps(table))
     out = tmp_path / "sim-validate.json"
-    validate.run(str(out), size="tiny", seeds=1, table=str(table_path), drafts=False)
+    validate.run(str(out), size="tiny", seeds=1, table=str(table_path))
     data = json.loads(out.read_text())
-    assert set(data["policies"]) == {"baseline", "divided", "context_aware", "oracle"}
+    names = {"baseline", "divided", "context_aware", "oracle"}
+    assert set(data["policies"]) == names | {n + "+drafts" for n in names}
     for p in data["policies"].values():
         keys = {"live_makespan_s", "sim_makespan_s", "makespan_err", "live_tail_s"}
         assert keys | {"sim_tail_s", "tail_err"} <= set(p)
@@ -41,18 +42,32 @@ def test_tiny_validate_run_writes_the_json_shape(tmp_path: Path) -> None:
     # engine calls measured (and given to the simulator)
     live_steps = data["live_step_time"]
     assert live_steps["num_steps"] > 0 and data["step_time_err"] == live_steps["step_time_err"]
-    [lat] = data["latencies_s"]
+    lat, _ = data["latencies_s"]  # one per block: without and with drafts
     assert lat["step_overhead_s"] > 0 and lat["num_gaps"] > 0 and lat["start"] > 0
     split = data["policies"]["baseline"]["live_time_split"]
     assert 0 < split["engine_s"] < split["span_s"]
     assert len(list((tmp_path / "steps" / "seed0").glob("steps-gen*.jsonl"))) == 2
     assert Path(data["timeline_png"]).stat().st_size > 0
-    assert len(list(tmp_path.glob("trace-*-seed0.json"))) == 4
+    assert len(list(tmp_path.glob("trace-*-seed0.json"))) == 8
+    # every run's output tokens beside its trace; the +drafts replays drafted from them
+    tokens = json.loads((tmp_path / "tokens-divided+drafts-seed0.json").read_text())
+    trace = json.loads((tmp_path / "trace-divided+drafts-seed0.json").read_text())
+    lens = {r["request_id"]: r["output_len"] for r in trace["requests"]}
+    assert {k: len(v) for k, v in tokens.items()} == lens
+    assert data["temperature"] == validate.TEMPERATURE
+    assert data["acceptance"]["source"] == "recorded"
+    drafted = [data["policies"][n + "+drafts"] for n in names]
+    # the siblings repeat each other at this temperature: drafts hold, live and replayed
+    assert max(p["live_accept_len"] for p in drafted) > 1.0
+    assert max(p["sim_accept_len"] for p in drafted) > 1.0
+    for n in names:  # no speculation: one token per verify step, live and simulated
+        assert data["policies"][n]["sim_accept_len"] == pytest.approx(1.0, abs=0.05)
+        assert data["policies"][n]["live_accept_len"] == pytest.approx(1.0, abs=0.05)
     # the diagnostic replay, each instance at the speed its own logged steps ran
     assert all(p["norm_makespan_s"] > 0 for p in data["policies"].values())
     assert data["median_norm_makespan_err"] >= 0 and "norm_ranking_match" in data
     assert 0 < live_steps["cpu_over_wall"] <= 1.05
-    assert len(live_steps["per_run_predicted_over_measured"]) == 2 * 4  # generators x policies
+    assert len(live_steps["per_run_predicted_over_measured"]) == 2 * 8  # generators x configs
 
 
 def test_instance_speeds_are_each_generators_time_over_the_tables_price() -> None:
@@ -175,3 +190,12 @@ def test_the_command_line_passes_the_table_choice(monkeypatch: pytest.MonkeyPatc
     assert main(["sim", "validate", "--quick", "--fixed-table", "--seeds", "5"]) == 0
     assert calls[0]["interleave"] is True and calls[1]["interleave"] is False
     assert calls[1]["seeds"] == 5 and calls[1]["quick"] is True
+    assert calls[0]["temperature"] == validate.TEMPERATURE
+    assert main(["sim", "validate", "--temperature", "1.0"]) == 0
+    assert calls[2]["temperature"] == 1.0
+
+
+def test_validate_refuses_a_negative_temperature_before_any_work(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="temperature must be >= 0"):
+        validate.run(str(tmp_path / "v.json"), size="tiny", temperature=-1.0)
+    assert not list(tmp_path.iterdir())

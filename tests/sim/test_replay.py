@@ -1,0 +1,110 @@
+"""Grouped drafts replayed on recorded output: the live Speculator, real suffix trees over
+the siblings' tokens as far as the simulation has generated them, drafts verified against
+each request's own continuation."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+import actors.generator.speculator as live_speculator
+from actors.drafts.policy import MarginalBenefitPolicy
+from actors.generator.engine import Draft
+from pipeline.rollout.metrics import compute_metrics
+from pipeline.sim.replay import ReplayClient, accepted_len
+from pipeline.sim.simulator import SimRequest, _Run, simulate
+from pipeline.sim.workload import from_record
+from tests.sim.test_simulator import COST, config, workload
+
+
+def _with_tokens(reqs: list[SimRequest], make: object) -> list[SimRequest]:
+    rng = random.Random(0)
+    out = []
+    for r in reqs:
+        tokens = make(rng, r)  # type: ignore[operator]
+        out.append(dataclasses.replace(r, token_ids=tuple(tokens)))
+    return out
+
+
+def _looping(rng: random.Random, r: SimRequest) -> list[int]:
+    """The group's motif repeated (siblings alike), a token changed now and then."""
+    motif_rng = random.Random(r.group_id)
+    motif = [motif_rng.randrange(200) for _ in range(11)]
+    n = r.output_len
+    return [motif[i % 11] if rng.random() > 0.03 else rng.randrange(200) for i in range(n)]
+
+
+def _noise(rng: random.Random, r: SimRequest) -> list[int]:
+    return [rng.randrange(50_000) for _ in range(r.output_len)]
+
+
+def test_accepted_len_walks_the_draft_tree_along_the_continuation() -> None:
+    chain = Draft((5, 6, 7), (-1, 0, 1))
+    assert accepted_len(chain, [5, 6, 7, 8]) == 3
+    assert accepted_len(chain, [5, 6, 9]) == 2
+    assert accepted_len(chain, [4, 6, 7]) == 0
+    assert accepted_len(chain, [5]) == 1  # the chunk ends: no more to accept
+    tree = Draft((5, 9, 6, 3), (-1, -1, 0, 1))  # two paths: 5-6 and 9-3
+    assert accepted_len(tree, [9, 3, 1]) == 2
+    assert accepted_len(tree, [5, 3]) == 1
+
+
+def test_replay_runs_the_live_speculator_and_drafts_from_the_siblings() -> None:
+    reqs = _with_tokens(workload(), _looping)
+    run = _Run(reqs, "context_aware", config(spec="group"), COST, None)
+    assert run.replay
+    assert all(type(s) is live_speculator.Speculator for s in run.speculators)
+    assert all(type(s.client) is ReplayClient for s in run.speculators)
+    assert [s.policy for s in run.speculators] == run.spec
+    loops = simulate(reqs, "context_aware", config(spec="group"), COST)
+    noise = simulate(_with_tokens(workload(), _noise), "context_aware", config(spec="group"), COST)
+    off = simulate(reqs, "context_aware", config(), COST)
+    m_loops, m_noise = compute_metrics(loops.record), compute_metrics(noise.record)
+    # alike siblings: long accepted drafts, fewer steps, a shorter rollout
+    assert m_loops["mean_accept_len"] > 3.0
+    assert sum(loops.extra["num_steps"]) < 0.6 * sum(off.extra["num_steps"])
+    assert loops.record.makespan_s < off.record.makespan_s
+    # text with nothing to find: the policy drafts (explores) a little, nothing holds
+    assert m_noise["num_accepted_tokens"] == 0
+    assert m_noise["mean_accept_len"] == pytest.approx(1.0)
+    # the output is the recorded one whatever the drafts (lossless verification)
+    lengths = {r.request_id: r.output_len for r in loops.record.requests}
+    assert lengths == {r.request_id: r.output_len for r in reqs}
+    assert simulate(reqs, "context_aware", config(spec="group"), COST).record == loops.record
+
+
+def test_a_policy_lives_on_into_the_next_rollout_without_being_changed() -> None:
+    reqs = _with_tokens(workload(), _looping)
+    first = simulate(reqs, "divided", config(spec="group"), COST)
+    learnt = first.extra["spec_policies"]
+    assert all(type(p) is MarginalBenefitPolicy for p in learnt)
+    seen = [p._num_observed for p in learnt]
+    assert min(seen) > 0
+    again = simulate(reqs, "context_aware", config(spec="group"), COST, spec_state=learnt)
+    assert [p._num_observed for p in learnt] == seen  # copied, not continued in place
+    assert all(p._num_observed > s for p, s in zip(again.extra["spec_policies"], seen, strict=True))
+    with pytest.raises(ValueError, match="spec_state has 1 policies for 2 instances"):
+        simulate(reqs, "divided", config(spec="group"), COST, spec_state=learnt[:1])
+
+
+def test_recorded_tokens_must_cover_every_request() -> None:
+    reqs = _with_tokens(workload(), _looping)
+    short = [dataclasses.replace(reqs[0], token_ids=reqs[0].token_ids[:-1]), *reqs[1:]]
+    with pytest.raises(ValueError, match="whole output"):
+        simulate(short, "divided", config(spec="group"), COST)
+    partial = [dataclasses.replace(reqs[0], token_ids=()), *reqs[1:]]
+    with pytest.raises(ValueError, match="whole output"):
+        simulate(partial, "divided", config(spec="group"), COST)
+
+
+def test_from_record_attaches_each_requests_tokens_or_says_which_are_missing() -> None:
+    reqs = _with_tokens(workload(groups=2, size=2), _looping)
+    record = simulate(reqs, "divided", config(), COST).record
+    tokens = {r.request_id: r.token_ids for r in reqs}
+    back = from_record(record, 2000, tokens)
+    assert {r.request_id: r.token_ids for r in back} == tokens
+    del tokens[reqs[1].request_id]
+    with pytest.raises(ValueError, match=f"request {reqs[1].request_id} made"):
+        from_record(record, 2000, tokens)
