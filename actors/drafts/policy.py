@@ -122,6 +122,11 @@ class Calibration:
         of its first few nodes (exploration supplies the evidence)."""
         return self._table()[self._bin(p)]
 
+    def estimates(self) -> list[float]:
+        """``estimate`` for every bin (bin of p: ``min(max(int(p * bins), 0), bins - 1)``),
+        for callers that read many nodes at once."""
+        return self._table()
+
     def best(self) -> float:
         """The estimate of the most often accepted bin."""
         return max(self._table())
@@ -223,9 +228,10 @@ class MarginalBenefitPolicy:
         / T(B, n / B). With one acceptance rate for every node this is Seer's g* * B."""
         order = self._order(candidates)
         times = self.step_times(batch)
+        est, top = self.calibration.estimates(), self.calibration.bins - 1
         best_n, best_rate, gained = 0, batch / times[0], 0.0
         for n, (_, p) in enumerate(order, start=1):
-            gained += self.calibration.estimate(p)
+            gained += est[min(max(int(p * self.calibration.bins), 0), top)]
             rate = (batch + gained) / _interp(times, n / batch)
             if rate > best_rate:
                 best_n, best_rate = n, rate
@@ -259,23 +265,30 @@ class MarginalBenefitPolicy:
             if cand.is_probe and cand.probs:
                 order.append((cand.request_id, float(cand.probs[0])))
                 taken[cand.request_id] = 1
+        # each node's weighted gain, read once (a decision looks at up to g_max nodes of
+        # every running request, every engine step)
+        est, bins = self.calibration.estimates(), self.calibration.bins
+        gains: dict[str, list[float]] = {}
+        for cand in candidates:
+            weight = self.config.probe_weight if cand.is_probe else 1.0
+            gains[cand.request_id] = [
+                weight * est[min(max(int(float(p) * bins), 0), bins - 1)]
+                for p in cand.probs[:cap]
+            ]
         by_id = {cand.request_id: cand for cand in candidates}
         for i, cand in enumerate(candidates):
             n = taken[cand.request_id]
             if n < min(len(cand.probs), cap):
-                heapq.heappush(heap, (-self._gain(cand, n), -cand.probs[n], i, cand.request_id))
+                g = gains[cand.request_id][n]
+                heapq.heappush(heap, (-g, -cand.probs[n], i, cand.request_id))
         while heap:
             _, _, i, rid = heapq.heappop(heap)
             cand, n = by_id[rid], taken[rid]
             order.append((rid, float(cand.probs[n])))
             taken[rid] = n = n + 1
             if n < min(len(cand.probs), cap):
-                heapq.heappush(heap, (-self._gain(cand, n), -cand.probs[n], i, rid))
+                heapq.heappush(heap, (-gains[rid][n], -cand.probs[n], i, rid))
         return order
-
-    def _gain(self, c: Candidate, node: int) -> float:
-        weight = self.config.probe_weight if c.is_probe else 1.0
-        return weight * self.calibration.estimate(float(c.probs[node]))
 
 
 def _interp(values: Sequence[float], x: float) -> float:

@@ -138,6 +138,7 @@ class StepResult:
     num_decode_context_tokens: int = 0  # cached tokens the decoding rows attended over
     num_prefill_requests: int = 0  # requests the prefill tokens belong to
     num_decode_max_context: int = 0  # the longest decoding row's cached tokens
+    num_draft_max: int = 0  # the largest decoding row's draft nodes
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ COLUMNS = (
     "idle_s",  # the loop waited for work (none queued) since the previous step
     "cpu_s",  # CPU time of the worker thread inside the engine call (time.thread_time)
     "num_decode_max_context",  # the longest decoding row's cached tokens
+    "num_draft_max",  # the largest decoding row's draft nodes
 )
 
 
@@ -79,6 +80,7 @@ class StepLog:
                 idle_s,
                 cpu_s,
                 result.num_decode_max_context,
+                result.num_draft_max,
             )
         )
 

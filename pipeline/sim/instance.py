@@ -286,7 +286,9 @@ class SimInstance:
         ctx = self.cost.batch_context([c.ctx for c in self.running]) + steps * growth / batch / 2
         self.seg_start = now
         self.seg_prefill = self.cost.prefill_s(prefill_tokens, prefill_segments)
-        decode = self.cost.decode_s(batch, ctx, drafts / batch)
+        decode = self.cost.decode_s(
+            batch, ctx, self.cost.batch_draft([c.draft for c in self.running])
+        )
         decoders = [c for c in self.running if c.sampled]
         if steps and len(decoders) < batch:
             # the first step's decode forward is the rows already decoding; the others join
@@ -296,7 +298,7 @@ class SimInstance:
                 first_s = self.cost.decode_s(
                     len(decoders),
                     self.cost.batch_context([c.ctx for c in decoders]),
-                    sum(c.draft for c in decoders) / len(decoders),
+                    self.cost.batch_draft([c.draft for c in decoders]),
                 )
             self.seg_prefill += first_s - decode
         self._seg_engine = (self.seg_prefill, decode)

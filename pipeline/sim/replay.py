@@ -46,11 +46,20 @@ class ReplayTrees:
         self.config = config
         self.trees: dict[str, SuffixTreeLike] = {}
         self.fed = [0] * len(tokens)
+        self._step = 0  # the simulation's step count (``begin_step``)
+        self._synced: dict[str, int] = {}  # group -> the step it was last synced at
+
+    def begin_step(self) -> None:
+        """The simulation moved on: the next ``sync`` of each group reads its progress."""
+        self._step += 1
 
     def sync(self, group_id: str) -> SuffixTreeLike:
         tree = self.trees.get(group_id)
         if tree is None:
             tree = self.trees[group_id] = SuffixTree(self.config.tree_depth)
+        if self._synced.get(group_id) == self._step:
+            return tree
+        self._synced[group_id] = self._step
         for s in self.groups[group_id]:
             n = self.generated(s)
             if n > self.fed[s]:

@@ -9,8 +9,11 @@ finished request (its estimate goes back to the core as the actor forwards
 (``make_draft_policy``: MBA) deciding each request's draft length from T(B, g) of the cost
 model and per-request candidates whose acceptance comes from real suffix trees
 (``AcceptanceTable``: a function of how many siblings are ahead, so it changes as siblings
-finish). Telemetry: after each chunk the core gets the instance's load, as the actor does
-from ``ChunkFinished``. Emits a ``RolloutRecord`` (so ``compute_metrics`` and
+finish). When the requests carry their recorded output (``SimRequest.token_ids``, a live
+trace's), speculation replays on it step by step instead: each instance runs the live
+generator's ``Speculator`` over real suffix trees of the siblings' tokens
+(``pipeline.sim.replay``). Telemetry: after each chunk the core gets the instance's load,
+as the actor does from ``ChunkFinished``. Emits a ``RolloutRecord`` (so ``compute_metrics`` and
 ``plot_timeline`` work on simulated runs as on live ones) plus counters.
 
 Event loop: a heap of instance stretch ends (``SimInstance.plan``: many decode steps priced
@@ -240,7 +243,7 @@ class _Run:
                 return cost.decode_s(b, mean_ctx, g)
 
             if self.replay:
-                trees = ReplayTrees(
+                trees = self._trees = ReplayTrees(
                     [r.token_ids for r in self.reqs], self.members, self._generated, spec_cfg
                 )
                 for _ in self.instances:
@@ -387,6 +390,7 @@ class _Run:
                 )
         if not decoding:
             return
+        self._trees.begin_step()
         ids = [self.reqs[c.request].request_id for c in decoding]
         drafts = spec.drafts(ids)
         deltas = []

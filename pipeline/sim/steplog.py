@@ -69,16 +69,20 @@ def price(
     draft_tokens: float,
     prefill_tokens: int,
     prefill_requests: int,
+    max_draft: float = 0.0,
 ) -> float:
     """One engine step's price by the table: its prefill, then its decode rows at the
-    context the table keys (the rows' mean, or the longest row's for a "max" table; the
-    mean when the longest is unknown: a step log from before that column)."""
+    context and draft length the table keys (the rows' mean, or the longest row's for a
+    "max" table; the mean when the longest is unknown: a step log from before that
+    column)."""
     guess = cost.prefill_s(prefill_tokens, prefill_requests)
     if rows:
-        ctx = context_tokens / rows
+        ctx, g = context_tokens / rows, draft_tokens / rows
         if cost.context == "max" and max_context:
             ctx = max_context
-        guess += cost.decode_s(rows, ctx, draft_tokens / rows)
+        if cost.context == "max" and max_draft:
+            g = max_draft
+        guess += cost.decode_s(rows, ctx, g)
     return guess
 
 
@@ -91,6 +95,7 @@ def _predict(step: Step, cost: CostModel) -> float:
         step["num_draft_tokens"],
         int(step["num_prefill_tokens"]),
         int(step["num_prefill_requests"]),
+        step.get("num_draft_max", 0),
     )
 
 

@@ -69,11 +69,13 @@ import dataclasses
 import functools
 import itertools
 import json
+import multiprocessing
 import os
 import shutil
 import statistics
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +157,7 @@ def teacher_forced_error(
             result.num_draft_tokens,
             result.num_prefill_tokens,
             result.num_prefill_requests,
+            result.num_draft_max,
         )
         measured += took
         predicted += guess
@@ -322,6 +325,113 @@ _Replayed = tuple[
 ]
 
 
+@dataclasses.dataclass(frozen=True)
+class _ReplayArgs:
+    gen: dict[str, Any]
+    chunk_size: int
+    cost: CostModel
+    acceptance: Any
+    normalize: bool
+    pools: dict[int, list[float]] | None
+    spread_pools: dict[int, list[float]] | None
+
+
+@dataclasses.dataclass
+class _BlockReplay:
+    rows: dict[str, dict[str, list[float]]]
+    examples: dict[str, RolloutRecord]
+    splits: dict[str, list[dict[str, float]]]
+    latencies: dict[str, float]
+    steps: list[list[dict[str, float]]]
+    draws: dict[str, list[tuple[list[float], list[float]]]]
+
+
+def _replay_block(block: _Block, args: _ReplayArgs) -> _BlockReplay:
+    """One block's replays (see ``_replay``)."""
+    gen, chunk_size, cost, acceptance = args.gen, args.chunk_size, args.cost, args.acceptance
+    normalize, pools, spread_pools = args.normalize, args.pools, args.spread_pools
+    rows: dict[str, dict[str, list[float]]] = {}
+    examples: dict[str, RolloutRecord] = {}
+    splits: dict[str, list[dict[str, float]]] = {}
+    all_steps: list[list[dict[str, float]]] = []
+    draws: dict[str, list[tuple[list[float], list[float]]]] = {}
+    lat = latencies([rs[0] for rs in block.live.values()])
+    runs = [s for per in block.steps.values() for s in per]
+    over = steplog.overheads(runs) if runs else {}
+    all_steps += runs
+    for policy, per in block.steps.items():
+        splits.setdefault(policy + block.suffix, []).extend(steplog.time_split(s) for s in per)
+    measured = {"dispatch": lat[0], "result": lat[1], "start": lat[2], **over}
+    # a live generator's speculation policy lives on through the block's rollouts (one
+    # topology runs them in this order): each replay starts from the policies the
+    # previous configuration's replay (at the table's price) left; the first, fresh
+    state: Any = None
+    for policy, records in block.live.items():
+        name = policy + block.suffix
+        record = records[0]
+        # with drafts and recorded tokens, grouped drafts replay on the run's own output
+        tokens = block.streams.get(policy) if block.suffix else None
+        reqs = from_record(record, block.workload.max_new_tokens, tokens)
+        cfg = _sim_config(gen, chunk_size, bool(block.suffix), block.seed, lat, over)
+        # no recorded tokens (older traces): drafts from the random-text table
+        acc = acceptance if tokens is None else None
+        sim = simulate(reqs, policy, cfg, cost, acceptance=acc, spec_state=state)
+        start: Any = state
+        state = sim.extra["spec_policies"] if reqs[0].token_ids else None
+        lm, sm = compute_metrics(record), compute_metrics(sim.record)
+        row = rows.setdefault(name, {})
+        if normalize and policy in block.steps:  # live engine steps against simulated
+            logged = [s for per in block.steps[policy] for s in per]
+            live_engine = sum(s["end_s"] - s["start_s"] for s in logged)
+            # diagnostic: each instance at the speed its own live steps ran
+            speeds = instance_speeds(block.steps[policy], cost, cfg.num_instances)
+            nm = _at_speeds(reqs, policy, cfg, cost, acc, speeds, start)
+            for key, value in (
+                ("live_num_steps", len(logged)),
+                ("sim_num_steps", sum(sim.extra["num_steps"])),
+                ("live_engine_s", live_engine),
+                ("sim_engine_s", sum(sim.extra["engine_s"])),
+                ("norm_makespan_s", nm["makespan_s"]),
+                ("norm_makespan_err", _rel(nm["makespan_s"], lm["makespan_s"])),
+                ("norm_tail_err", _rel(nm["tail_s"], lm["tail_s"])),
+            ):
+                row.setdefault(key, []).append(float(value))
+        makespan, tail = sm["makespan_s"], sm["tail_s"]
+        draw_key = (block.seed, POLICIES.index(policy), int(bool(block.suffix)))
+        pool = (pools or {}).get(block.seed)
+        if pool:
+            spans, tails = _drawn(reqs, policy, cfg, cost, acc, pool, draw_key, start)
+            makespan, tail = statistics.median(spans), statistics.median(tails)
+            draws.setdefault(name, []).append((spans, tails))
+        spread = (spread_pools or {}).get(block.seed)
+        if spread:  # the same draws (key) from the centred pool
+            table = _drawn(reqs, policy, cfg, cost, acc, spread, draw_key, start)
+            row.setdefault("table_makespan_s", []).append(statistics.median(table[0]))
+            row.setdefault("table_tail_s", []).append(statistics.median(table[1]))
+        for key, value in (
+            ("live_makespan_s", lm["makespan_s"]),
+            ("sim_makespan_s", makespan),
+            ("per_seed_makespan_err", _rel(makespan, lm["makespan_s"])),
+            ("uniform_makespan_s", sm["makespan_s"]),
+            ("live_tail_s", lm["tail_s"]),
+            ("sim_tail_s", tail),
+            ("per_seed_tail_err", _rel(tail, lm["tail_s"])),
+            ("uniform_tail_s", sm["tail_s"]),
+            # the tail is the last 10% of requests (3 of 32): a small absolute
+            # time, so its relative error is large; the absolute one beside it
+            ("tail_abs_err_s", abs(tail - lm["tail_s"])),
+            ("live_preemptions", lm["num_preemptions"]),
+            ("sim_preemptions", sm["num_preemptions"]),
+            ("live_accept_len", lm["mean_accept_len"]),
+            ("sim_accept_len", sm["mean_accept_len"]),
+        ):
+            row.setdefault(key, []).append(float(value))
+        if block.seed == 0 and not block.suffix:
+            examples[f"live {policy}"] = record
+            examples[f"sim {policy}"] = sim.record
+    return _BlockReplay(rows, examples, splits, measured, all_steps, draws)
+
+
 def _replay(
     blocks: list[_Block],
     gen: dict[str, Any],
@@ -340,87 +450,32 @@ def _replay(
     ``table_*``; ``uniform_*``: every instance at the table's price), example records for
     the timeline, where the live generators' time went, the measured latencies and every
     logged step."""
+    args = _ReplayArgs(gen, chunk_size, cost, acceptance, normalize, pools, spread_pools)
+    workers = min(len(blocks), os.cpu_count() or 1)
+    if workers > 1:  # blocks are independent: one process per core (spawned: no torch fork)
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            parts = list(pool.map(_replay_block, blocks, itertools.repeat(args)))
+    else:
+        parts = [_replay_block(block, args) for block in blocks]
     rows: dict[str, dict[str, list[float]]] = {}
     examples: dict[str, RolloutRecord] = {}
     splits: dict[str, list[dict[str, float]]] = {}
     measured_latencies: list[dict[str, float]] = []
     all_steps: list[list[dict[str, float]]] = []
     draws: dict[str, list[tuple[list[float], list[float]]]] = {}  # per seed, drawn replays
-    for block in blocks:
-        lat = latencies([rs[0] for rs in block.live.values()])
-        runs = [s for per in block.steps.values() for s in per]
-        over = steplog.overheads(runs) if runs else {}
-        all_steps += runs
-        for policy, per in block.steps.items():
-            splits.setdefault(policy + block.suffix, []).extend(steplog.time_split(s) for s in per)
-        measured_latencies.append({"dispatch": lat[0], "result": lat[1], "start": lat[2], **over})
-        # a live generator's speculation policy lives on through the block's rollouts (one
-        # topology runs them in this order): each replay starts from the policies the
-        # previous configuration's replay (at the table's price) left; the first, fresh
-        state: Any = None
-        for policy, records in block.live.items():
-            name = policy + block.suffix
-            record = records[0]
-            # with drafts and recorded tokens, grouped drafts replay on the run's own output
-            tokens = block.streams.get(policy) if block.suffix else None
-            reqs = from_record(record, block.workload.max_new_tokens, tokens)
-            cfg = _sim_config(gen, chunk_size, bool(block.suffix), block.seed, lat, over)
-            # no recorded tokens (older traces): drafts from the random-text table
-            acc = acceptance if tokens is None else None
-            sim = simulate(reqs, policy, cfg, cost, acceptance=acc, spec_state=state)
-            start: Any = state
-            state = sim.extra["spec_policies"] if reqs[0].token_ids else None
-            lm, sm = compute_metrics(record), compute_metrics(sim.record)
-            row = rows.setdefault(name, {})
-            if normalize and policy in block.steps:  # live engine steps against simulated
-                logged = [s for per in block.steps[policy] for s in per]
-                live_engine = sum(s["end_s"] - s["start_s"] for s in logged)
-                # diagnostic: each instance at the speed its own live steps ran
-                speeds = instance_speeds(block.steps[policy], cost, cfg.num_instances)
-                nm = _at_speeds(reqs, policy, cfg, cost, acc, speeds, start)
-                for key, value in (
-                    ("live_num_steps", len(logged)),
-                    ("sim_num_steps", sum(sim.extra["num_steps"])),
-                    ("live_engine_s", live_engine),
-                    ("sim_engine_s", sum(sim.extra["engine_s"])),
-                    ("norm_makespan_s", nm["makespan_s"]),
-                    ("norm_makespan_err", _rel(nm["makespan_s"], lm["makespan_s"])),
-                    ("norm_tail_err", _rel(nm["tail_s"], lm["tail_s"])),
-                ):
-                    row.setdefault(key, []).append(float(value))
-            makespan, tail = sm["makespan_s"], sm["tail_s"]
-            draw_key = (block.seed, POLICIES.index(policy), int(bool(block.suffix)))
-            pool = (pools or {}).get(block.seed)
-            if pool:
-                spans, tails = _drawn(reqs, policy, cfg, cost, acc, pool, draw_key, start)
-                makespan, tail = statistics.median(spans), statistics.median(tails)
-                draws.setdefault(name, []).append((spans, tails))
-            spread = (spread_pools or {}).get(block.seed)
-            if spread:  # the same draws (key) from the centred pool
-                table = _drawn(reqs, policy, cfg, cost, acc, spread, draw_key, start)
-                row.setdefault("table_makespan_s", []).append(statistics.median(table[0]))
-                row.setdefault("table_tail_s", []).append(statistics.median(table[1]))
-            for key, value in (
-                ("live_makespan_s", lm["makespan_s"]),
-                ("sim_makespan_s", makespan),
-                ("per_seed_makespan_err", _rel(makespan, lm["makespan_s"])),
-                ("uniform_makespan_s", sm["makespan_s"]),
-                ("live_tail_s", lm["tail_s"]),
-                ("sim_tail_s", tail),
-                ("per_seed_tail_err", _rel(tail, lm["tail_s"])),
-                ("uniform_tail_s", sm["tail_s"]),
-                # the tail is the last 10% of requests (3 of 32): a small absolute
-                # time, so its relative error is large; the absolute one beside it
-                ("tail_abs_err_s", abs(tail - lm["tail_s"])),
-                ("live_preemptions", lm["num_preemptions"]),
-                ("sim_preemptions", sm["num_preemptions"]),
-                ("live_accept_len", lm["mean_accept_len"]),
-                ("sim_accept_len", sm["mean_accept_len"]),
-            ):
-                row.setdefault(key, []).append(float(value))
-            if block.seed == 0 and not block.suffix:
-                examples[f"live {policy}"] = record
-                examples[f"sim {policy}"] = sim.record
+    for part in parts:  # in block order, as one process would have added them
+        for name, row in part.rows.items():
+            into = rows.setdefault(name, {})
+            for key, values in row.items():
+                into.setdefault(key, []).extend(values)
+        examples.update(part.examples)
+        for name, items in part.splits.items():
+            splits.setdefault(name, []).extend(items)
+        measured_latencies.append(part.latencies)
+        all_steps += part.steps
+        for name, got in part.draws.items():
+            draws.setdefault(name, []).extend(got)
     for name, per_seed in draws.items():  # how noisy live medians are, were runs draws
         row = rows[name]
         row["noise_floor_makespan_err"] = [noise_floor([spans for spans, _ in per_seed])]

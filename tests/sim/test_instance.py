@@ -138,3 +138,30 @@ def test_chunked_prefill_runs_the_first_admitted_first_within_the_step_budget() 
     assert inst.seg_steps == 3 and inst.counts["num_steps"] == 2
     assert sorted(c.request for c in inst.finish()) == [0, 1]
     assert inst.counts["num_steps"] == 5
+
+
+def test_a_max_table_prices_a_stretch_by_its_largest_draft() -> None:
+    """On the built-in engine's table (rows keyed by the longest row) one row drafting 8
+    tokens makes the whole batch's verify step cost as if every row drafted 8."""
+    from tests.sim.test_steplog import DRAFT_ROWS
+
+    def step_s(context: str, drafts: list[int]) -> float:
+        cost = CostModel(DRAFT_ROWS, "s", context=context)
+        inst = SimInstance(0, cost, max_batch=4, kv_capacity=10_000, max_steps=1)
+        for i in range(4):
+            inst.enqueue(chunk(i, 32, 50))
+        inst.plan(0.0)  # the prefill step
+        inst.finish()
+
+        def grant(instance: SimInstance) -> None:
+            for c, g in zip(instance.running, drafts, strict=True):
+                c.draft = g
+
+        inst.on_batch = grant
+        end = inst.plan(1.0)
+        assert end is not None and inst.seg_steps == 1
+        return end - 1.0
+
+    assert step_s("max", [4, 0, 0, 0]) == pytest.approx(step_s("max", [4, 4, 4, 4]))
+    assert step_s("mean", [4, 0, 0, 0]) == pytest.approx(step_s("mean", [1, 1, 1, 1]))
+    assert step_s("max", [4, 0, 0, 0]) > step_s("mean", [4, 0, 0, 0])

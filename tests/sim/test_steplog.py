@@ -30,15 +30,20 @@ def step(
     ended: int = 0,
     idle: float = 0.0,
     max_ctx: int | None = None,
+    drafts: int = 0,
+    max_draft: int = 0,
 ) -> dict[str, float]:
     longest = ctx if max_ctx is None else max_ctx
-    values = (t - 0.0001, t, t + dur, rows, rows * ctx, prefill, 0, ended, 1, idle, dur, longest)
+    values = (
+        *(t - 0.0001, t, t + dur, rows, rows * ctx, prefill, drafts, ended, 1, idle, dur),
+        *(longest, max_draft),
+    )
     return dict(zip(COLUMNS, values, strict=True))
 
 
 def test_step_log_round_trips_per_rollout_and_instance(tmp_path: Path) -> None:
     log = StepLog(tmp_path, 1)
-    result = StepResult((), (), 3, 16, 0, 90, 2, 40)
+    result = StepResult((), (), 3, 16, 6, 90, 2, 40, 4)
     log.add(1.0, 1.1, 1.2, 0.09, result, 0.0)
     log.add(1.3, 1.3, 1.5, 0.2, result, 0.0)
     log.flush("r1")
@@ -54,6 +59,7 @@ def test_step_log_round_trips_per_rollout_and_instance(tmp_path: Path) -> None:
     )
     assert len(logs["r1"][1]) == 2 and logs["r2"][1][0]["idle_s"] == 0.25 and not log.rows
     assert (first["cpu_s"], first["num_decode_max_context"]) == (0.09, 40)
+    assert (first["num_draft_tokens"], first["num_draft_max"]) == (6, 4)
 
 
 def test_a_step_log_from_before_the_last_columns_still_reads(tmp_path: Path) -> None:
@@ -104,6 +110,34 @@ def test_a_table_keyed_by_the_longest_context_prices_a_step_by_its_longest_row()
     assert by_mean["predicted_over_measured"] == pytest.approx(4 / 6, rel=0.03)
     assert MAX_COST.batch_context([32, 1056, 40]) == 1056
     assert COST.batch_context([32, 1056, 40]) == pytest.approx(376)
+
+
+DRAFT_ROWS = [
+    {"shape": "s", "kind": "decode", "B": b, "g": g, "ctx": c, "ms": ms * (1 + g / 4)}
+    for b, c, ms in ((1, 32, 2.0), (4, 32, 4.0), (1, 1056, 3.0), (4, 1056, 6.0))
+    for g in (0, 4)
+]
+
+
+def test_a_max_table_prices_drafts_by_the_largest_rows_draft() -> None:
+    """The built-in engine pads every row's verify tokens to the longest draft too: 4 rows,
+    one drafting 4 tokens and three none, cost what 4 rows drafting 4 cost (8 ms at
+    context 32), by a "max" table; a "mean" table prices them at 1 token each (5 ms)."""
+    by_max, by_mean = (CostModel(DRAFT_ROWS, "s", context=c) for c in ("max", "mean"))
+    uneven = step(0.0, 0.008, rows=4, ctx=32, drafts=4, max_draft=4)
+    assert steplog.teacher_forced([[uneven]], by_max)["predicted_over_measured"] == (
+        pytest.approx(1.0, rel=0.03)
+    )
+    assert steplog.teacher_forced([[uneven]], by_mean)["predicted_over_measured"] == (
+        pytest.approx(5 / 8, rel=0.03)
+    )
+    assert by_max.batch_draft([4, 0, 0, 0]) == 4 and by_mean.batch_draft([4, 0, 0, 0]) == 1
+    assert by_max.batch_draft([]) == 0.0
+    # a log from before the column prices drafts by their mean
+    old = {k: v for k, v in uneven.items() if k != "num_draft_max"}
+    assert steplog.teacher_forced([[old]], by_max)["predicted_over_measured"] == (
+        pytest.approx(5 / 8, rel=0.03)
+    )
 
 
 def test_teacher_forced_reports_each_generator_run_and_cpu_over_wall() -> None:

@@ -173,7 +173,7 @@ class TorchEngine:
         self._sched.admit()
         trees = self._sched.make_room(trees)
         decoding = {r.request_id for r in self._sched.batch.decoding}
-        num_drafts = sum(t.num_nodes for rid, t in trees.items() if rid in decoding)
+        drafted = [t.num_nodes for rid, t in trees.items() if rid in decoding]
         contexts = [r.cache_len for r in self._sched.batch.decoding]
         rows = self._decode(trees)
         prefilled, segments = self._prefill()
@@ -183,10 +183,11 @@ class TorchEngine:
             tuple(self._finished),
             rows,
             prefilled,
-            num_drafts,
+            sum(drafted),
             sum(contexts),
             segments,
             max(contexts, default=0),
+            max(drafted, default=0),
         )
 
     def _decode(self, trees: dict[str, DraftTree]) -> int:
