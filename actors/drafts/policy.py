@@ -122,10 +122,11 @@ class Calibration:
         of its first few nodes (exploration supplies the evidence)."""
         return self._table()[self._bin(p)]
 
-    def estimates(self) -> list[float]:
-        """``estimate`` for every bin (bin of p: ``min(max(int(p * bins), 0), bins - 1)``),
-        for callers that read many nodes at once."""
-        return self._table()
+    def estimate_all(self, probs: Sequence[float]) -> list[float]:
+        """``estimate`` of each probability, the bins' table read once (a decision reads
+        up to g_max nodes of every running request, every engine step)."""
+        table = self._table()
+        return [table[self._bin(float(p))] for p in probs]
 
     def best(self) -> float:
         """The estimate of the most often accepted bin."""
@@ -228,10 +229,10 @@ class MarginalBenefitPolicy:
         / T(B, n / B). With one acceptance rate for every node this is Seer's g* * B."""
         order = self._order(candidates)
         times = self.step_times(batch)
-        est, top = self.calibration.estimates(), self.calibration.bins - 1
         best_n, best_rate, gained = 0, batch / times[0], 0.0
-        for n, (_, p) in enumerate(order, start=1):
-            gained += est[min(max(int(p * self.calibration.bins), 0), top)]
+        estimates = self.calibration.estimate_all([p for _, p in order])
+        for n, est in enumerate(estimates, start=1):
+            gained += est
             rate = (batch + gained) / _interp(times, n / batch)
             if rate > best_rate:
                 best_n, best_rate = n, rate
@@ -265,15 +266,11 @@ class MarginalBenefitPolicy:
             if cand.is_probe and cand.probs:
                 order.append((cand.request_id, float(cand.probs[0])))
                 taken[cand.request_id] = 1
-        # each node's weighted gain, read once (a decision looks at up to g_max nodes of
-        # every running request, every engine step)
-        est, bins = self.calibration.estimates(), self.calibration.bins
-        gains: dict[str, list[float]] = {}
+        gains: dict[str, list[float]] = {}  # each node's weighted gain
         for cand in candidates:
             weight = self.config.probe_weight if cand.is_probe else 1.0
             gains[cand.request_id] = [
-                weight * est[min(max(int(float(p) * bins), 0), bins - 1)]
-                for p in cand.probs[:cap]
+                weight * e for e in self.calibration.estimate_all(cand.probs[:cap])
             ]
         by_id = {cand.request_id: cand for cand in candidates}
         for i, cand in enumerate(candidates):

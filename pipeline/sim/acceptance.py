@@ -114,11 +114,8 @@ def _sibling(ref: list[int], m: SiblingModel, rng: random.Random) -> list[int]:
 class _Tally:
     """Drafts and their outcomes per reference count, as a live generator would see them."""
 
-    def __init__(
-        self, refs: tuple[int, ...], g_max: int, min_prob: float = 0.0, max_match: int = 32
-    ) -> None:
+    def __init__(self, refs: tuple[int, ...], g_max: int) -> None:
         self.refs, self.g_max = refs, g_max
-        self.min_prob, self.max_match = min_prob, max_match
         self.hits = [[0.0] * (g_max + 1) for _ in refs]
         self.pp = [[0.0] * (g_max + 1) for _ in refs]
         self.drafts = [0] * len(refs)
@@ -130,13 +127,13 @@ class _Tally:
         tree = SuffixTree(64)
         for s, stream in enumerate(others, start=1):
             tree.append(s, stream)
-        matcher = tree.matcher(self.max_match, 8)
+        matcher = tree.matcher(32, 8)
         fed = 0
         for t in range(0, len(own) - g_max, every):
             tree.append(0, own[fed:t])
             matcher.feed(own[fed:t])
             fed = t
-            d = matcher.speculate(max_tokens=g_max, top_k_paths=1, min_prob=self.min_prob)
+            d = matcher.speculate(max_tokens=g_max, top_k_paths=1, min_prob=0.0)
             self.drafts[i] += 1
             ok = 0
             for j, tok in enumerate(d.token_ids):
@@ -168,12 +165,7 @@ def measure_acceptance(model: SiblingModel | None = None, g_max: int = 8) -> Acc
 
 
 def acceptance_from_streams(
-    groups: Sequence[Sequence[Sequence[int]]],
-    g_max: int = 8,
-    sample_every: int = 3,
-    *,
-    min_prob: float = 0.0,
-    max_match: int = 32,
+    groups: Sequence[Sequence[Sequence[int]]], g_max: int = 8, sample_every: int = 3
 ) -> AcceptanceTable:
     """The same measurement over recorded output: ``groups`` holds each group's siblings'
     token streams (a rollout's samples). Every sibling in turn drafts from a tree holding
@@ -182,7 +174,7 @@ def acceptance_from_streams(
     drafting found in that text, by how many siblings were ahead."""
     size = max((len(g) for g in groups), default=1)
     refs = tuple(range(size))
-    tally = _Tally(refs, g_max, min_prob, max_match)
+    tally = _Tally(refs, g_max)
     for group in groups:
         streams = [list(s) for s in group]
         for o, own in enumerate(streams):

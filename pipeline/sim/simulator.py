@@ -231,7 +231,7 @@ class _Run:
             raise ValueError("recorded tokens must cover every request's whole output")
         self.speculators: list[Speculator] = []
         self._chunk_of: dict[int, Chunk] = {}  # request -> its chunk dispatched or running
-        self._started: set[int] = set()  # chunks (id) a speculator tracks
+        self._started: set[int] = set()  # requests whose running chunk a speculator tracks
         if config.spec == "group":
             if not self.replay:
                 acceptance = acceptance or measure_acceptance(g_max=config.g_max)
@@ -380,8 +380,8 @@ class _Run:
         decoding = [c for c in inst.running if c.sampled and not c.pending_prefill]
         for c in inst.running:
             c.draft, c.rate = 0, 1.0
-            if id(c) not in self._started:
-                self._started.add(id(c))
+            if c.request not in self._started:
+                self._started.add(c.request)
                 r = c.request
                 req = self.reqs[r]
                 n = self._generated(r)
@@ -459,8 +459,8 @@ class _Run:
     def _chunk_ended(self, inst: SimInstance, c: Chunk, now: float) -> None:
         r = c.request
         spec, st = self.reqs[r], self.states[r]
-        if self.speculators and id(c) in self._started:
-            self._started.discard(id(c))
+        if r in self._started:
+            self._started.discard(r)
             self.speculators[inst.index].end(spec.request_id)
         before = st.generated
         n = round(c.done) if not c.out_of_kv else int(c.done)

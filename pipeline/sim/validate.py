@@ -28,7 +28,7 @@
    policies, not outcomes of one): the control plane's dispatch, result and start-up
    delays (``latencies``, from traces) and the generator's time outside engine steps, per
    step and per reported chunk (``steplog.overheads``). With drafts, speculation replays on
-   the run's own output (saved beside the trace as ``tokens-<config>-seed<n>.json``): each
+   the run's own output (saved beside its trace as ``tokens-<policy>+drafts-seed<n>.json``): each
    simulated instance runs the live generator's ``Speculator`` and MBA policy, drafting
    from real suffix trees over the siblings' recorded tokens as far as the simulation has
    generated them, each draft verified against the request's recorded continuation
@@ -238,10 +238,10 @@ def _live(
     console: Console,
     steps: Path,
     temperature: float,
-    streams: Streams,
+    streams: Streams | None,
 ) -> dict[str, list[RolloutRecord]]:
     """The four policies live, one topology, its generators logging their steps into
-    ``steps`` and each policy's output tokens into ``streams``; a topology that fails to
+    ``steps`` and each policy's output tokens into ``streams`` (if given); a topology that fails to
     start (a loaded machine can miss the launcher's readiness deadline) is tried once
     more."""
     before = os.environ.get(STEP_LOG_ENV)
@@ -288,7 +288,7 @@ def instance_speeds(
     return tuple(1.0 / r if r > 0 else 1.0 for r in ratios[:num_instances])
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass
 class _Block:
     """One seed's live runs of every policy with one speculation setting."""
 
@@ -297,23 +297,16 @@ class _Block:
     workload: Workload
     live: dict[str, list[RolloutRecord]]
     steps: dict[str, list[list[dict[str, float]]]]  # policy -> each generator's steps
-    streams: Streams = dataclasses.field(default_factory=dict)  # policy -> output tokens
+    # +drafts blocks: policy -> its run's output tokens by request id
+    streams: Streams = dataclasses.field(default_factory=dict)
 
-    def recorded_acceptance(self, policy: str) -> AcceptanceTable | None:
-        """What chains of drafts find in this run's output, by siblings ahead (None
-        without drafts or without its recorded tokens)."""
-        if not self.suffix or not self.streams.get(policy):
-            return None
-        return _recorded_acceptance(self, policy)
-
-
-@functools.lru_cache(maxsize=64)
-def _recorded_acceptance(block: _Block, policy: str) -> AcceptanceTable:
-    tokens = block.streams[policy]
-    groups: dict[str, list[tuple[int, ...]]] = {}
-    for r in block.live[policy][0].requests:
-        groups.setdefault(r.group_id, []).append(tokens[r.request_id])
-    return acceptance_from_streams(list(groups.values()))
+    def recorded_acceptance(self, policy: str) -> AcceptanceTable:
+        """What chains of drafts find in this run's recorded output, by siblings ahead."""
+        tokens = self.streams[policy]
+        groups: dict[str, list[tuple[int, ...]]] = {}
+        for r in self.live[policy][0].requests:
+            groups.setdefault(r.group_id, []).append(tokens[r.request_id])
+        return acceptance_from_streams(list(groups.values()))
 
 
 _Replayed = tuple[
@@ -370,7 +363,7 @@ def _replay_block(block: _Block, args: _ReplayArgs) -> _BlockReplay:
         name = policy + block.suffix
         record = records[0]
         # with drafts and recorded tokens, grouped drafts replay on the run's own output
-        tokens = block.streams.get(policy) if block.suffix else None
+        tokens = block.streams.get(policy)
         reqs = from_record(record, block.workload.max_new_tokens, tokens)
         cfg = _sim_config(gen, chunk_size, bool(block.suffix), block.seed, lat, over)
         # no recorded tokens (older traces): drafts from the random-text table
@@ -630,7 +623,7 @@ def _load_streams(folder: Path, suffix: str, seed: int) -> Streams:
 def _acceptance_summary(blocks: list[_Block], fallback: Any) -> dict[str, Any]:
     """Mean acceptance length of a full chain, by siblings ahead, in the live output the
     +drafts replays drafted from (the median over those runs), beside Seer's figures."""
-    tables = [t for b in blocks for p in POLICIES if (t := b.recorded_acceptance(p))]
+    tables = [b.recorded_acceptance(p) for b in blocks for p in POLICIES if b.streams.get(p)]
     if not tables:
         info = fallback.as_dict() if fallback is not None else {}
         return {"source": "random text" if fallback is not None else "none", **info}
@@ -716,15 +709,17 @@ def run(
                     p: [load_trace(Path(traces) / f"trace-{p}{suffix}-seed{seed}.json")]
                     for p in POLICIES
                 }
-                streams = _load_streams(Path(traces), suffix, seed)
+                if suffix:
+                    streams = _load_streams(Path(traces), suffix, seed)
             else:
-                live = _live(
-                    workload, {**gen, **spec}, chunk_size, console, steps_dir, temperature, streams
-                )
+                wanted = streams if suffix else None  # the tokens drafts replay on
+                run_gen = {**gen, **spec}
+                live = _live(workload, run_gen, chunk_size, console, steps_dir, temperature, wanted)
                 for policy, records in live.items():
                     save_trace(records[0], folder / f"trace-{policy}{suffix}-seed{seed}.json")
-                    out = folder / f"tokens-{policy}{suffix}-seed{seed}.json"
-                    out.write_text(json.dumps(streams.get(policy, {})))
+                    if suffix:  # what grouped drafts replay on
+                        out = folder / f"tokens-{policy}{suffix}-seed{seed}.json"
+                        out.write_text(json.dumps(streams.get(policy, {})))
                 if sweep is not None:
                     console.print(f"profile pass {sweep.passes + 1}")
                     sim_profile.measure_pass(sweep)
