@@ -13,6 +13,13 @@ acceptance estimated per draft node instead of per class:
    node has the same acceptance this is Seer's g* = argmin_g T(B, g) / E(g), budget g* * B.
    n = 0 (verification costs more than it returns, as at large batches on a CPU) means no
    speculation; a budget below the number of probes means none either (Seer).
+   An engine that pads every row's verify tokens to the longest draft (``padded``: the
+   built-in engine) pays T(B, d) for a step whose longest draft is d, however few rows
+   draft that deep: there the budget is a depth d, every request drafting its calibrated
+   nodes down to d, the d that maximises (B + sum a(p)) / T(B, d). Priced as an even
+   spread instead, a few deep drafts in a wide batch looked cheap and cost the whole batch
+   a deep verify step: grouped drafts slowed every configuration of the full validation
+   workload (`seer sim validate`), live and simulated alike.
 With few running requests (the tail) drafts become top-k multi-path trees.
 4. Exploration: after `explore_every` steps without a draft, the best `batch / 8` nodes
    (at least one) are drafted anyway. The estimates above only move when drafts are
@@ -37,6 +44,11 @@ from dataclasses import dataclass
 from actors.drafts.options import SpecConfig
 
 StepTime = Callable[[int, int], float]
+# a padded step prices its rows' shallower drafts at nothing, but the projections and MLP
+# run on every real token (``actors.model.layout``): a node accepted less often than this
+# is left out of a depth budget (measured on the built-in engine: 96 tokens more in a
+# 16-row verify step of depth 8 at 384 tokens of context cost 4% of the step)
+MIN_NODE_GAIN = 0.05
 
 
 class AcceptanceStats:
@@ -157,9 +169,10 @@ class Calibration:
 
 
 class MarginalBenefitPolicy:
-    def __init__(self, config: SpecConfig, step_time: StepTime) -> None:
+    def __init__(self, config: SpecConfig, step_time: StepTime, *, padded: bool = False) -> None:
         self.config = config
         self.step_time = step_time
+        self.padded = padded  # the engine prices a step at its longest draft
         self.stats = AcceptanceStats(config.g_max)
         self.calibration = Calibration()
         self._times: dict[int, list[float]] = {}
@@ -227,6 +240,8 @@ class MarginalBenefitPolicy:
         the best remaining node of any request); the step's budget is the number n of them
         that maximises expected tokens per second, (B + sum of their calibrated acceptance)
         / T(B, n / B). With one acceptance rate for every node this is Seer's g* * B."""
+        if self.padded:
+            return self._allocate_padded(batch, candidates)
         order = self._order(candidates)
         times = self.step_times(batch)
         best_n, best_rate, gained = 0, batch / times[0], 0.0
@@ -241,10 +256,45 @@ class MarginalBenefitPolicy:
             if not order or not self._explore_due():
                 return {}
             best_n = max(1, batch // 8)  # explore: keep the estimates measured
+        return self._grant(order[:best_n])
+
+    def _grant(self, nodes: Sequence[tuple[str, float]]) -> dict[str, int]:
         self._last_grant = self._steps
         grant: dict[str, int] = {}
-        for rid, _ in order[:best_n]:
+        for rid, _ in nodes:
             grant[rid] = grant.get(rid, 0) + 1
+        return grant
+
+    def _allocate_padded(self, batch: int, candidates: Sequence[Candidate]) -> dict[str, int]:
+        """``allocate`` for an engine that pads every row to the longest draft: the depth d
+        (nodes per row) that maximises (B + calibrated acceptance of every request's nodes
+        down to d) / T(B, d); each request drafts its nodes down to d, less the trailing
+        ones not worth a node (calibrated acceptance below ``MIN_NODE_GAIN``)."""
+        times = self.step_times(batch)
+        cap = self.config.g_max
+        estimates = [
+            (cand.request_id, self.calibration.estimate_all(cand.probs[:cap]))
+            for cand in candidates
+            if cand.probs
+        ]
+        best_d, best_rate, gained = 0, batch / times[0], 0.0
+        for d in range(1, cap + 1):
+            gained += sum(est[d - 1] for _, est in estimates if len(est) >= d)
+            rate = (batch + gained) / times[d]
+            if rate > best_rate:
+                best_d, best_rate = d, rate
+        grant: dict[str, int] = {}
+        for rid, est in estimates if best_d else ():
+            n = min(best_d, len(est))
+            while n and est[n - 1] < MIN_NODE_GAIN:
+                n -= 1
+            if n:
+                grant[rid] = n
+        if not grant:
+            if not estimates or not self._explore_due():
+                return {}
+            return self._grant(self._order(candidates)[: max(1, batch // 8)])  # explore
+        self._last_grant = self._steps
         return grant
 
     def observe(
@@ -324,7 +374,11 @@ class FixedPolicy:
 SpecPolicy = MarginalBenefitPolicy | FixedPolicy
 
 
-def make_draft_policy(config: SpecConfig, step_time: StepTime) -> SpecPolicy:
+def make_draft_policy(
+    config: SpecConfig, step_time: StepTime, *, padded: bool = False
+) -> SpecPolicy:
+    """``padded``: the engine prices a verify step at its longest draft (the built-in
+    engine); the adaptive budget is then a depth (``MarginalBenefitPolicy``)."""
     if config.budget == "fixed":
         return FixedPolicy(config)
-    return MarginalBenefitPolicy(config, step_time)
+    return MarginalBenefitPolicy(config, step_time, padded=padded)

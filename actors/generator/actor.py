@@ -114,7 +114,7 @@ class GeneratorActor(Actor):
         if isinstance(engine, SpeculativeEngine):
             if cfg.mode != "off" and cfg.budget == "adaptive":
                 await anyio.to_thread.run_sync(engine.measure_step_times)  # T(B, g)
-            self.spec = Speculator(cfg, engine.step_time)
+            self.spec = Speculator(cfg, engine.step_time, padded=engine.pads_drafts)
             if cfg.mode == "group" and self.has_peer("drafts"):
                 self.sync = DraftSync(self.spec, self.mailbox, self.log)
                 self.start_soon(self.sync.run)

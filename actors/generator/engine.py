@@ -216,6 +216,10 @@ class SpeculativeEngine(Engine, Protocol):
     def step(self, drafts: Mapping[str, Draft] | None = None) -> StepResult:
         """Run one iteration: admit, prefill a budget of tokens, decode (verify drafts)."""
 
+    # whether a verify step costs what it would were every row drafting the longest draft
+    # (attention padded to the longest query); the draft budget is then a depth
+    pads_drafts: bool
+
     def step_time(self, batch: int, draft_len: int) -> float:
         """Profiled seconds of one verify step of ``batch`` rows with ``draft_len`` drafts."""
 

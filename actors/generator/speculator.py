@@ -31,7 +31,7 @@ class _ChunkStats:
 
 
 class Speculator:
-    def __init__(self, config: SpecConfig, step_time: StepTime) -> None:
+    def __init__(self, config: SpecConfig, step_time: StepTime, *, padded: bool = False) -> None:
         self.config = config
         self.client = (
             None
@@ -42,7 +42,7 @@ class Speculator:
                 max_match=config.max_match,
             )
         )
-        self.policy: SpecPolicy = make_draft_policy(config, step_time)
+        self.policy: SpecPolicy = make_draft_policy(config, step_time, padded=padded)
         self.chunks: dict[str, _ChunkStats] = {}
         self._drafted: dict[str, tuple[Draft, list[float]]] = {}  # this step's, with probs
         self.totals = {

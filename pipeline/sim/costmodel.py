@@ -168,6 +168,12 @@ class CostModel:
             return 0.0
         return max(contexts) if self.context == "max" else sum(contexts) / len(contexts)
 
+    @property
+    def pads_drafts(self) -> bool:
+        """Whether the priced engine pays for a step's largest draft on every row (``"max"``
+        tables): its speculation policy budgets a depth (``MarginalBenefitPolicy``)."""
+        return self.context == "max"
+
     def batch_draft(self, drafts: Sequence[float]) -> float:
         """The per-row draft length ``g`` to price a decode batch with: the rows' mean (the
         H200 tables) or, for ``"max"`` tables, the largest row's: the built-in engine pads

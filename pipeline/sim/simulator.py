@@ -242,17 +242,21 @@ class _Run:
             def step_time(b: int, g: float) -> float:
                 return cost.decode_s(b, mean_ctx, g)
 
+            padded = cost.pads_drafts  # as the live policy on the engine this table prices
+
             if self.replay:
                 trees = self._trees = ReplayTrees(
                     [r.token_ids for r in self.reqs], self.members, self._generated, spec_cfg
                 )
                 for _ in self.instances:
-                    speculator = Speculator(spec_cfg, step_time)
+                    speculator = Speculator(spec_cfg, step_time, padded=padded)
                     speculator.client = ReplayClient(trees, self.index)  # type: ignore[assignment]
                     self.speculators.append(speculator)
                     self.spec.append(speculator.policy)
             else:
-                self.spec = [make_draft_policy(spec_cfg, step_time) for _ in self.instances]
+                self.spec = [
+                    make_draft_policy(spec_cfg, step_time, padded=padded) for _ in self.instances
+                ]
             for inst in self.instances:
                 inst.on_batch = self._replay_drafts if self.replay else self._set_drafts
             if spec_state is not None:  # continue from an earlier rollout's policies

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from actors.drafts.policy import (
+    MIN_NODE_GAIN,
     AcceptanceStats,
     Calibration,
     Candidate,
@@ -185,3 +186,48 @@ def test_node_outcomes_follow_the_accepted_path_through_a_tree() -> None:
     assert node_outcomes(draft, []) == ([1, 1, 2, 3], [False] * 4)
     # a node's token matching at its depth is not enough: its parent must hold too
     assert node_outcomes(Draft((4, 6), (-1, 0)), [5, 6])[1] == [False, False]
+
+
+def padded_cost(batch: int, g: int) -> float:
+    """Every row's draft token costs half a step, priced at the step's longest draft."""
+    return 1.0 + 0.5 * g
+
+
+def test_a_padded_engine_gets_a_depth_not_a_few_deep_drafts() -> None:
+    """16 rows, 8 with 2 trusted nodes and 8 with 8 (each accepted with chance a ~ 1):
+    priced as an even spread, all 80 nodes pay ((16 + 80a) / T(16, 5) = 27.3 tokens per
+    step-second against 23.9 with 2 each); on an engine that pads every row to the
+    longest draft those 80 nodes cost T(16, 8), 5 steps (19.1), so the budget is the
+    depth 2 (23.9; depth 1: 21.3, 3: 22.3), every row drafting 2."""
+    short = [Candidate(f"s{i}", False, [0.9] * 2) for i in range(8)]
+    long = [Candidate(f"l{i}", False, [0.9] * 8) for i in range(8)]
+    spread = MarginalBenefitPolicy(SpecConfig(), padded_cost)
+    padded = MarginalBenefitPolicy(SpecConfig(), padded_cost, padded=True)
+    trusted(spread, 1.0)
+    trusted(padded, 1.0)
+    a = padded.calibration.estimate(0.9)
+    assert a > 0.99
+    grant = padded.allocate(16, short + long)
+    assert grant == {c.request_id: 2 for c in short + long}
+    uneven = spread.allocate(16, short + long)
+    assert max(uneven.values()) == 8 and sum(uneven.values()) == 80
+
+    def paid(g: dict[str, int]) -> float:  # tokens per second, priced as the engine pays
+        return (16 + a * sum(g.values())) / padded_cost(16, max(g.values()))
+
+    assert paid(grant) == pytest.approx(23.9, abs=0.1)
+    assert paid(uneven) == pytest.approx(19.1, abs=0.1)
+
+
+def test_a_padded_budget_skips_nodes_not_worth_one_and_drafting_that_does_not_pay() -> None:
+    policy = MarginalBenefitPolicy(SpecConfig(), lambda b, g: 1.0 + 0.1 * g, padded=True)
+    for i in range(3000):  # nodes at p >= 0.5 are accepted 90% of the time, below never
+        policy.calibration.observe([0.95, 0.15], [i % 10 != 0, False])
+    assert policy.calibration.estimate(0.15) < MIN_NODE_GAIN < policy.calibration.estimate(0.95)
+    cands = [Candidate("a", False, [0.95, 0.95, 0.15]), Candidate("b", False, [0.15, 0.15])]
+    # depth 2 or 3 prices alike up to 10%: b's nodes and a's third are not worth a node
+    assert policy.allocate(2, cands) == {"a": 2}
+    # every draft token costs a whole step: no depth pays, and nothing is due to explore
+    costly = MarginalBenefitPolicy(SpecConfig(), steep, padded=True)
+    trusted(costly, 0.9)
+    assert costly.allocate(2, cands) == {}

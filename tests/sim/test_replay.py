@@ -13,6 +13,7 @@ import actors.generator.speculator as live_speculator
 from actors.drafts.policy import MarginalBenefitPolicy
 from actors.generator.engine import Draft
 from pipeline.rollout.metrics import compute_metrics
+from pipeline.sim.costmodel import DATA_DIR, CostModel, load_table
 from pipeline.sim.replay import ReplayClient, accepted_len
 from pipeline.sim.simulator import SimRequest, _Run, simulate
 from pipeline.sim.workload import from_record
@@ -108,3 +109,21 @@ def test_from_record_attaches_each_requests_tokens_or_says_which_are_missing() -
     del tokens[reqs[1].request_id]
     with pytest.raises(ValueError, match=f"request {reqs[1].request_id} made"):
         from_record(record, 2000, tokens)
+
+
+def test_the_policy_budgets_as_the_priced_engine_pays_for_drafts() -> None:
+    """A "max" table (the built-in engine: verify tokens padded to the longest draft)
+    gives the replayed speculators the depth budget the live generator's engine asks for;
+    the H200 tables (mean draft) the node budget."""
+    reqs = _with_tokens(workload(), _looping)
+    padded_cost = CostModel(
+        load_table(DATA_DIR / "costmodel_h200.json")["rows"], "qwen2.5-7b", context="max"
+    )
+    assert padded_cost.pads_drafts and not COST.pads_drafts
+    spread = simulate(reqs, "divided", config(spec="group"), COST)
+    padded = simulate(reqs, "divided", config(spec="group"), padded_cost)
+    assert [p.padded for p in spread.extra["spec_policies"]] == [False, False]
+    assert [p.padded for p in padded.extra["spec_policies"]] == [True, True]
+    # a padded step pays for its longest draft: the policy drafts every row alike
+    m_spread, m_padded = compute_metrics(spread.record), compute_metrics(padded.record)
+    assert m_padded["mean_accept_len"] > 1.5 and m_spread["mean_accept_len"] > 1.5

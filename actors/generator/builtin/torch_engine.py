@@ -54,6 +54,10 @@ from actors.model.weights import load_state_dict, load_weights_into
 class TorchEngine:
     """The ``Engine`` protocol on a ``LlamaModel`` in this process (owns and mutates it)."""
 
+    # attention runs on a (rows, longest query) grid (``actors.model.layout``): a verify
+    # step costs about what it would were every row drafting the longest draft
+    pads_drafts = True
+
     def __init__(
         self, model: LlamaModel, config: EngineConfig | None = None, weight_version: int = 0
     ) -> None:
