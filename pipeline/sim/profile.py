@@ -5,9 +5,13 @@ Writes the simulator's table format (``pipeline.sim.costmodel``), shape ``builti
   engine's bookkeeping) with B requests decoding, the longest at about ``ctx`` tokens of
   context and the others spread down to half of it (``staggered``; the table's
   ``info["context"] = "max"``: the engine pads attention to the longest row), and nothing
-  prefilling, median over the steps of a short run. For g > 0 the g = 0 step is
-  scaled by the bare forward's T(B, g) / T(B, 0) (``StepProfile``), since driving real
-  drafts through the engine needs a draft source.
+  prefilling, median over the steps of a short run; for g > 0 every row verifies a chain
+  of g draft tokens (random tokens, so almost all rejected: the verify step the engine
+  pays for whatever holds), the same requests a few steps further on. Format 4 scaled the
+  g = 0 step by the bare forward's T(B, g) / T(B, 0), which leaves out the engine's
+  verify work (the acceptance walk, the rejected nodes' KV): live steps with drafts cost
+  5-13% more, relative to the table, than steps without (`seer sim validate`, the depth
+  budget drafting every row).
 - prefill rows: engine steps that only prefill ``B`` requests (1 and 8) of ``tokens`` new
   tokens in all (at most ``max_prefill_tokens``, what the engine prefills per step). A
   live step often prefills many short prompts at once, which costs more than one prompt of
@@ -49,8 +53,9 @@ from typing import Any
 import torch
 
 from actors.generator import ChunkRequest, GeneratorOptions, SamplingParams
-from actors.generator.builtin import StepProfile, build_torch_engine
+from actors.generator.builtin import build_torch_engine
 from actors.generator.builtin.torch_engine import TorchEngine
+from actors.generator.engine import Draft
 from pipeline.config import build_options
 
 __all__ = [
@@ -66,7 +71,7 @@ __all__ = [
 ]
 
 SHAPE = "builtin-cpu"
-FORMAT = 4  # bump when the measurement method changes (cached tables then re-measure)
+FORMAT = 5  # bump when the measurement method changes (cached tables then re-measure)
 DRAFT_LENS = (0, 1, 2, 4, 8)  # the grid's defaults
 PREFILLS = (16, 64, 256, 512)  # new tokens per request in a prefill row
 PREFILL_SEGMENTS = (1, 8)  # requests per prefill row
@@ -90,26 +95,51 @@ def staggered(batch: int, ctx: int) -> list[int]:
     return [ctx - (ctx // 2) * i // (batch - 1) for i in range(batch)]
 
 
-def _decode_ms(engine: TorchEngine, batch: int, ctx: int, steps: int) -> float:
-    greedy = SamplingParams(temperature=1.0, ignore_eos=True, seed=1)
+def _decode_ms(
+    engine: TorchEngine, batch: int, ctx: int, steps: int, draft_lens: tuple[int, ...] = (0,)
+) -> dict[int, float]:
+    """Per draft length g: the median of engine steps with ``batch`` rows decoding (at
+    ``staggered`` contexts) each verifying a chain of g random draft tokens; ``steps`` steps
+    at g = 0, then half as many (at least 4) at each g > 0, on the same requests."""
+    sampling = SamplingParams(temperature=1.0, ignore_eos=True, seed=1)
     contexts = staggered(batch, ctx)
-    # enough tokens that every request is still decoding once the last prefill is done
-    budget = steps + -(-sum(contexts) // engine.config.max_prefill_tokens) + 2
-    for i, n in enumerate(contexts):
+    plan = [(g, steps if g == 0 else max(steps // 2, 4)) for g in sorted(draft_lens)]
+    # enough tokens that every request is still decoding once the last prefill is done and
+    # through every measured step (a rejected draft still yields one token; a few slack
+    # for the rare random draft token that holds)
+    budget = sum(n for _, n in plan) + -(-sum(contexts) // engine.config.max_prefill_tokens) + 8
+    ids = [f"d{batch}-{ctx}-{i}" for i in range(batch)]
+    for i, (rid, n) in enumerate(zip(ids, contexts, strict=True)):
         prompt = tuple((7 * j + i) % 250 for j in range(n))
-        engine.add(ChunkRequest(f"d{batch}-{ctx}-{i}", prompt, budget, params=greedy))
-    times = []
+        engine.add(ChunkRequest(rid, prompt, budget, params=sampling))
+    rng = torch.Generator().manual_seed(batch * 131 + ctx)
+    vocab = engine.vocab_size
+    times: dict[int, list[float]] = {}
+    todo = list(plan)
     while engine.has_work():
+        g = todo[0][0] if todo else 0
+        drafts = {
+            rid: Draft(
+                tuple(torch.randint(0, vocab, (g,), generator=rng).tolist()),
+                tuple(range(-1, g - 1)),
+            )
+            for rid in engine.decoding_request_ids()
+        }
         start = time.perf_counter()
-        result = engine.step()
+        result = engine.step(drafts if g else None)
         elapsed = time.perf_counter() - start
-        if result.num_decode_rows == batch and not result.num_prefill_tokens:
-            times.append(elapsed)
-    for i in range(batch):  # a later pass must prefill again, not resume parked KV
-        engine.release(f"d{batch}-{ctx}-{i}")
-    if not times:
-        raise RuntimeError(f"profile: no step decoded all {batch} requests at context {ctx}")
-    return 1e3 * statistics.median(times[:steps])
+        if todo and result.num_decode_rows == batch and not result.num_prefill_tokens:
+            times.setdefault(g, []).append(elapsed)
+            if len(times[g]) == todo[0][1]:
+                todo.pop(0)
+    for rid in ids:  # a later pass must prefill again, not resume parked KV
+        engine.release(rid)
+    if todo:
+        raise RuntimeError(
+            f"profile: too few steps decoded all {batch} requests at context {ctx} "
+            f"(draft length {todo[0][0]})"
+        )
+    return {g: 1e3 * statistics.median(t) for g, t in times.items()}
 
 
 def _prefill_ms(engine: TorchEngine, tokens: int, segments: int = 1) -> float:
@@ -231,9 +261,8 @@ class Sweep:
         self.gen, self.twin = gen, twin
         self.batches, self.contexts, self.draft_lens = batches, contexts, draft_lens
         self.prefills, self.prefill_segments, self.steps = prefills, prefill_segments, steps
-        self.decode: dict[tuple[int, int], list[float]] = {}
+        self.decode: dict[tuple[int, int, int], list[float]] = {}  # (B, g, ctx) -> ms
         self.prefill: dict[tuple[int, int], list[float]] = {}
-        self.ratios: dict[int, list[dict[tuple[int, int], float]]] = {}
         self.seconds = 0.0
         self.loads: list[float] = []
 
@@ -247,18 +276,10 @@ class Sweep:
         start = time.perf_counter()
         limit = engine.config.max_prefill_tokens  # the most one step prefills
         for ctx in self.contexts:
-            profile = StepProfile.measure(
-                engine.model, self.batches, self.draft_lens, ctx, repeats=3
-            )
-            self.ratios.setdefault(ctx, []).append(
-                {
-                    (b, g): profile.seconds(b, g) / profile.seconds(b, 0)
-                    for b in self.batches
-                    for g in self.draft_lens
-                }
-            )
             for b in self.batches:
-                self.decode.setdefault((b, ctx), []).append(_decode_ms(engine, b, ctx, self.steps))
+                measured = _decode_ms(engine, b, ctx, self.steps, self.draft_lens)
+                for g, ms in measured.items():
+                    self.decode.setdefault((b, g, ctx), []).append(ms)
         for k in self.prefill_segments:
             for n in self.prefills:
                 if k * n <= limit:
@@ -272,18 +293,10 @@ class Sweep:
         rows: list[dict[str, Any]] = []
         for ctx in self.contexts:
             for b in self.batches:
-                base = statistics.median(self.decode[(b, ctx)])
                 for g in self.draft_lens:
-                    ratio = statistics.median(r[(b, g)] for r in self.ratios[ctx])
+                    ms = statistics.median(self.decode[(b, g, ctx)])
                     rows.append(
-                        {
-                            "shape": SHAPE,
-                            "kind": "decode",
-                            "B": b,
-                            "g": g,
-                            "ctx": ctx,
-                            "ms": base * ratio,
-                        }
+                        {"shape": SHAPE, "kind": "decode", "B": b, "g": g, "ctx": ctx, "ms": ms}
                     )
         for (k, n), times in self.prefill.items():  # B requests, `tokens` new tokens in all
             rows.append(
@@ -322,7 +335,7 @@ def sweep_of(gen: dict[str, Any], grid: dict[str, Any]) -> Sweep:
 
 def _warm_engine(gen: dict[str, Any]) -> TorchEngine:
     engine = _engine(gen)
-    _decode_ms(engine, 2, 16, 4)  # warm up
+    _decode_ms(engine, 2, 16, 4, (0, 2))  # warm up, drafts too
     return engine
 
 

@@ -77,3 +77,29 @@ def test_profile_with_a_twin_generator_stepping_alongside() -> None:
     assert table["info"]["twin"] == {"batch": 2, "ctx": 32}
     assert all(r["ms"] > 0 for r in table["rows"])
     assert not multiprocessing.active_children()  # the twin is gone with the block
+
+
+def test_draft_rows_are_engine_steps_verifying_drafts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A g > 0 row times whole engine steps in which every decoding row verifies a chain of
+    g draft tokens (format 4 scaled the g = 0 step by a bare forward, without the engine's
+    verify work)."""
+    engine = profile._engine(bench_generator(True))
+    seen: list[tuple[int, ...]] = []  # per step: each row's draft length
+    step = engine.step
+
+    def recording(drafts: Any = None) -> Any:
+        result = step(drafts)
+        if result.num_decode_rows == 4 and not result.num_prefill_tokens:
+            seen.append(tuple(sorted(len(d.token_ids) for d in (drafts or {}).values())))
+            assert all(
+                d.parents == tuple(range(-1, len(d.parents) - 1)) for d in (drafts or {}).values()
+            )
+        return result
+
+    monkeypatch.setattr(engine, "step", recording)
+    ms = profile._decode_ms(engine, 4, 64, 6, (0, 2, 8))
+    assert set(ms) == {0, 2, 8} and all(v > 0 for v in ms.values())
+    # 6 steps without drafts, then 4 (half, at least 4) with every row drafting 2, then 8
+    assert seen[:6] == [()] * 6
+    assert seen[6:10] == [(2,) * 4] * 4 and seen[10:14] == [(8,) * 4] * 4
+    assert not engine.has_work()  # released: a later pass prefills afresh
