@@ -259,10 +259,15 @@ class MarginalBenefitPolicy:
         return self._grant(order[:best_n])
 
     def _grant(self, nodes: Sequence[tuple[str, float]]) -> dict[str, int]:
-        self._last_grant = self._steps
+        """Draft nodes per request for ``nodes`` in allocation order."""
         grant: dict[str, int] = {}
         for rid, _ in nodes:
             grant[rid] = grant.get(rid, 0) + 1
+        return self._granted(grant)
+
+    def _granted(self, grant: dict[str, int]) -> dict[str, int]:
+        """Record that this step drafts (exploration is due ``explore_every`` steps after)."""
+        self._last_grant = self._steps
         return grant
 
     def _allocate_padded(self, batch: int, candidates: Sequence[Candidate]) -> dict[str, int]:
@@ -294,8 +299,7 @@ class MarginalBenefitPolicy:
             if not estimates or not self._explore_due():
                 return {}
             return self._grant(self._order(candidates)[: max(1, batch // 8)])  # explore
-        self._last_grant = self._steps
-        return grant
+        return self._granted(grant)
 
     def observe(
         self, draft_depth: int, accepted: int, probs: Sequence[float], node_ok: Sequence[bool]

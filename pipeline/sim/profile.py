@@ -118,15 +118,17 @@ def _decode_ms(
     todo = list(plan)
     while engine.has_work():
         g = todo[0][0] if todo else 0
-        drafts = {
-            rid: Draft(
-                tuple(torch.randint(0, vocab, (g,), generator=rng).tolist()),
-                tuple(range(-1, g - 1)),
-            )
-            for rid in engine.decoding_request_ids()
-        }
+        drafts = None
+        if g:
+            drafts = {
+                rid: Draft(
+                    tuple(torch.randint(0, vocab, (g,), generator=rng).tolist()),
+                    tuple(range(-1, g - 1)),
+                )
+                for rid in engine.decoding_request_ids()
+            }
         start = time.perf_counter()
-        result = engine.step(drafts if g else None)
+        result = engine.step(drafts)
         elapsed = time.perf_counter() - start
         if todo and result.num_decode_rows == batch and not result.num_prefill_tokens:
             times.setdefault(g, []).append(elapsed)
