@@ -13,7 +13,8 @@ from actors.generator import (
     error_result,
 )
 from actors.generator.builtin import EngineConfig, StepProfile
-from tests.actors.engine_util import GREEDY, drive, greedy_request, make_engine
+from actors.generator.builtin import profile as profile_module
+from tests.actors.engine_util import GREEDY, drive, greedy_request, make_engine, tiny_model
 
 
 def test_torch_engine_implements_the_engine_protocol() -> None:
@@ -115,3 +116,28 @@ def test_a_step_reports_its_decoding_rows_total_and_longest_context() -> None:
     assert result.num_decode_rows == 2
     assert result.num_decode_max_context == 12  # cached: the prompt (its new token is fed)
     assert result.num_decode_context_tokens == 5 + 12
+
+
+def test_step_profile_ratios_survive_a_machine_slowing_down_while_it_measures(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The policy decides on T(B, g) / T(B, 0): a machine that runs 3x slower from a third
+    of the way through the measurement must not move those ratios (the points are timed in
+    rounds, each round over the whole grid; timed one point's repeats after another's,
+    T(1, 8) / T(1, 0) came out 3x too high)."""
+    true_ms = {(b, g): b * (1.0 + 0.25 * g) for b in (1, 4) for g in (0, 2, 8)}
+    calls: list[tuple[int, int]] = []
+    total = 6 * 8  # 6 points, a warm-up round and 7 timed ones
+
+    def timed(probe: profile_module._Probe) -> float:
+        calls.append((probe.batch, probe.g))
+        slow = 3.0 if len(calls) > total // 3 else 1.0
+        return 1e-3 * true_ms[(probe.batch, probe.g)] * slow
+
+    monkeypatch.setattr(profile_module, "_timed", timed)
+    profile = StepProfile.measure(tiny_model(), [1, 4], [0, 2, 8], context=16, repeats=7)
+    assert len(calls) == total and set(calls) == set(true_ms)
+    for b in (1, 4):
+        for g in (2, 8):
+            measured = profile.seconds(b, g) / profile.seconds(b, 0)
+            assert measured == pytest.approx(true_ms[(b, g)] / true_ms[(b, 0)], rel=0.01)

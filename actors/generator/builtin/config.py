@@ -29,7 +29,7 @@ class EngineConfig:
     profile_batches: tuple[int, ...] = (1, 4, 16, 32)
     profile_draft_lens: tuple[int, ...] = (0, 1, 2, 4, 8)
     profile_context: int = 128
-    profile_repeats: int = 3
+    profile_repeats: int = 5
 
     def __post_init__(self) -> None:
         for name in (
