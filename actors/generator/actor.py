@@ -114,6 +114,15 @@ class GeneratorActor(Actor):
         if isinstance(engine, SpeculativeEngine):
             if cfg.mode != "off" and cfg.budget == "adaptive":
                 await anyio.to_thread.run_sync(engine.measure_step_times)  # T(B, g)
+                if self.step_log is not None:  # what the policy will price drafts by
+                    limit = self.opts.max_batch
+                    self.step_log.write_step_times(
+                        [
+                            (b, g, engine.step_time(b, g))
+                            for b in range(1, limit + 1)
+                            for g in range(cfg.g_max + 1)
+                        ]
+                    )
             self.spec = Speculator(cfg, engine.step_time, padded=engine.pads_drafts)
             if cfg.mode == "group" and self.has_peer("drafts"):
                 self.sync = DraftSync(self.spec, self.mailbox, self.log)

@@ -8,7 +8,12 @@ inside the call, the decoding rows, their cached context tokens (in all, and the
 row's), the prefill and draft tokens, the chunks it finished, and how long it had waited
 for work (nothing queued) since the previous step. On ``EndRollout``
 the rows since the last one are appended to ``<folder>/steps-gen<index>.jsonl`` as one
-line ``{"rollout_id", "instance", "steps": [[...], ...]}`` (columns: ``COLUMNS``).
+line ``{"rollout_id", "instance", "steps": [[...], ...]}`` (columns: ``COLUMNS``). A
+generator whose speculation policy prices drafts by the engine's T(B, g) (measured at its
+start-up) also writes what that policy will read, ``<folder>/step-times-gen<index>.json``:
+``{"instance", "rows": [[B, g, seconds], ...]}`` for every batch size up to its largest and
+every draft length up to ``g_max`` (``write_step_times``), so that a replay's policy prices
+drafts exactly as the live one did.
 
 What it measures that an in-process profile cannot: the step time with both generator
 processes and the control plane sharing the cores, and the time the actor spends between
@@ -23,7 +28,7 @@ from pathlib import Path
 
 from actors.generator.engine import StepResult
 
-__all__ = ["COLUMNS", "ENV", "StepLog", "read_step_logs"]
+__all__ = ["COLUMNS", "ENV", "StepLog", "read_step_logs", "read_step_times"]
 
 ENV = "SEER_STEP_LOG"
 COLUMNS = (
@@ -84,6 +89,11 @@ class StepLog:
             )
         )
 
+    def write_step_times(self, rows: list[tuple[int, int, float]]) -> None:
+        """The T(B, g) the generator's speculation policy prices drafts by: (B, g, seconds)."""
+        path = self.path.with_name(f"step-times-gen{self.instance}.json")
+        path.write_text(json.dumps({"instance": self.instance, "rows": rows}))
+
     def flush(self, rollout_id: str) -> None:
         rows, self.rows = self.rows, []
         line = {"rollout_id": rollout_id, "instance": self.instance, "steps": rows}
@@ -101,4 +111,14 @@ def read_step_logs(folder: Path) -> dict[str, dict[int, list[dict[str, float]]]]
             steps = [dict(zip(COLUMNS, row, strict=False)) for row in entry["steps"]]
             per = out.setdefault(entry["rollout_id"], {})
             per.setdefault(int(entry["instance"]), []).extend(steps)
+    return out
+
+
+def read_step_times(folder: Path) -> dict[int, list[tuple[int, int, float]]]:
+    """instance -> the (B, g, seconds) rows its speculation policy priced drafts by (none
+    for a generator that wrote none: no adaptive speculation, or a log from before)."""
+    out: dict[int, list[tuple[int, int, float]]] = {}
+    for path in sorted(folder.glob("step-times-gen*.json")):
+        entry = json.loads(path.read_text())
+        out[int(entry["instance"])] = [(int(b), int(g), float(t)) for b, g, t in entry["rows"]]
     return out

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from actors.drafts.options import SpecConfig
-from actors.drafts.policy import Candidate, SpecPolicy, make_draft_policy
+from actors.drafts.policy import Candidate, SpecPolicy, StepTime, make_draft_policy
 from actors.estimator.core import LengthEstimator
 from actors.generator.engine import StepDelta, StepResult
 from actors.generator.speculator import Speculator
@@ -58,7 +58,7 @@ from transport.messages import (
     SpecStats,
 )
 
-__all__ = ["SimConfig", "SimRequest", "SimResult", "simulate"]
+__all__ = ["RecordedStepTimes", "SimConfig", "SimRequest", "SimResult", "simulate"]
 
 _REGRANT = 256  # verified drafts after which cached grants are recomputed
 _OBSERVE = 4  # drafts verified per stretch for the speculation policy's calibration
@@ -111,6 +111,10 @@ class SimConfig:
     # per instance, its steps' cost over the table's (a diagnostic replay: `seer sim
     # validate`'s speed-normalized makespan); empty = every instance at the table's price
     instance_speed: tuple[float, ...] = ()
+    # per instance, the T(B, g) its speculation policy prices drafts by, as (B, g, seconds)
+    # rows: what a live generator's policy read (its engine's start-up measurement,
+    # recorded in the step log); empty = the table's T(B, g) at the workload's mean context
+    spec_step_times: tuple[tuple[tuple[int, int, float], ...], ...] = ()
 
     def __post_init__(self) -> None:
         for name in (
@@ -129,10 +133,42 @@ class SimConfig:
             raise ValueError(
                 f"SimConfig.max_prefill_tokens must be >= 1 or None, got {self.max_prefill_tokens}"
             )
+        if self.spec_step_times and len(self.spec_step_times) != self.num_instances:
+            raise ValueError(
+                f"SimConfig.spec_step_times has {len(self.spec_step_times)} tables for "
+                f"{self.num_instances} instances"
+            )
         if self.spec not in ("off", "group"):
             raise ValueError(f"SimConfig.spec must be 'off' or 'group', got {self.spec!r}")
         if self.kv_pool not in ("local", "global"):
             raise ValueError(f"SimConfig.kv_pool must be 'local' or 'global', got {self.kv_pool!r}")
+
+
+class RecordedStepTimes:
+    """T(B, g) from recorded (B, g, seconds) rows, a ``StepTime`` for a speculation policy:
+    a live generator's, so that a replayed policy prices drafts as the live one did. A
+    batch above the largest recorded one scales it linearly (as the built-in engine's
+    profile does); g is clamped to the recorded range."""
+
+    def __init__(self, rows: Sequence[tuple[int, int, float]]) -> None:
+        if not rows:
+            raise ValueError("recorded step times: no rows")
+        self.times = {(int(b), int(g)): float(t) for b, g, t in rows}
+        self.max_batch = max(b for b, _ in self.times)
+        self.max_g = max(g for _, g in self.times)
+        missing = [
+            (b, g)
+            for b in range(1, self.max_batch + 1)
+            for g in range(self.max_g + 1)
+            if (b, g) not in self.times
+        ]
+        if missing:
+            raise ValueError(f"recorded step times: no row for (B, g) = {missing[0]}")
+
+    def __call__(self, batch: int, g: int) -> float:
+        scale = max(batch, 1) / self.max_batch if batch > self.max_batch else 1.0
+        key = (min(max(batch, 1), self.max_batch), min(max(int(g), 0), self.max_g))
+        return self.times[key] * scale
 
 
 @dataclass(slots=True)
@@ -242,21 +278,22 @@ class _Run:
             def step_time(b: int, g: float) -> float:
                 return cost.decode_s(b, mean_ctx, g)
 
+            times: list[StepTime] = [step_time] * len(self.instances)
+            if config.spec_step_times:
+                times = [RecordedStepTimes(rows) for rows in config.spec_step_times]
             padded = cost.pads_drafts  # as the live policy on the engine this table prices
 
             if self.replay:
                 trees = self._trees = ReplayTrees(
                     [r.token_ids for r in self.reqs], self.members, self._generated, spec_cfg
                 )
-                for _ in self.instances:
-                    speculator = Speculator(spec_cfg, step_time, padded=padded)
+                for priced in times:
+                    speculator = Speculator(spec_cfg, priced, padded=padded)
                     speculator.client = ReplayClient(trees, self.index)  # type: ignore[assignment]
                     self.speculators.append(speculator)
                     self.spec.append(speculator.policy)
             else:
-                self.spec = [
-                    make_draft_policy(spec_cfg, step_time, padded=padded) for _ in self.instances
-                ]
+                self.spec = [make_draft_policy(spec_cfg, t, padded=padded) for t in times]
             for inst in self.instances:
                 inst.on_batch = self._replay_drafts if self.replay else self._set_drafts
             if spec_state is not None:  # continue from an earlier rollout's policies

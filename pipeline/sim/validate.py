@@ -34,11 +34,14 @@
    generated them, each draft verified against the request's recorded continuation
    (``pipeline.sim.replay``); a generator's policy lives on through the block's
    configurations in the order the live topology ran them (the first starts fresh, as a
-   new generator process does). The bench model is random: at temperature 1.0 its
-   siblings share no text and drafts find nothing, so the live side samples at
-   ``TEMPERATURE`` (0.03), where siblings repeat each other (``acceptance`` in the JSON:
-   what chains of 8 find in that output, by siblings ahead, beside Seer's figures); the
-   work (forced lengths) is the same at any temperature.
+   new generator process does), and prices drafts by the T(B, g) its live counterpart
+   read (the engine's start-up measurement, each generator's own, recorded in the step
+   log as ``step-times-gen<i>.json``; the table's when absent), not by the table: the
+   live policy's grants follow what it measured, noise included. The bench model is
+   random: at temperature 1.0 its siblings share no text and drafts find nothing, so the
+   live side samples at ``TEMPERATURE`` (0.03), where siblings repeat each other
+   (``acceptance`` in the JSON: what chains of 8 find in that output, by siblings ahead,
+   beside Seer's figures); the work (forced lengths) is the same at any temperature.
    Instance speed: on this host two processes doing the same work run at different
    speeds, and a rollout waits for the slower one. Each replay is run ``DRAWS`` times with
    each instance's cost factor drawn from the *other* seeds' live generators (their logged
@@ -87,7 +90,7 @@ from rich.table import Table
 from actors.generator import ChunkRequest, SamplingParams
 from actors.generator.options import GeneratorOptions
 from actors.generator.step_log import ENV as STEP_LOG_ENV
-from actors.generator.step_log import read_step_logs
+from actors.generator.step_log import read_step_logs, read_step_times
 from actors.scheduler.options import SchedulerOptions
 from pipeline.bench.rollout import POLICIES, bench_generator, run_policies
 from pipeline.launch import LaunchError
@@ -299,6 +302,15 @@ class _Block:
     steps: dict[str, list[list[dict[str, float]]]]  # policy -> each generator's steps
     # +drafts blocks: policy -> its run's output tokens by request id
     streams: Streams = dataclasses.field(default_factory=dict)
+    # instance -> the (B, g, seconds) its live speculation policy priced drafts by
+    step_times: dict[int, list[tuple[int, int, float]]] = dataclasses.field(default_factory=dict)
+
+    def spec_step_times(self, num_instances: int) -> tuple[tuple[tuple[int, int, float], ...], ...]:
+        """What each live generator's policy priced drafts by, for the replay's policies;
+        empty when not every generator recorded it (the table's T(B, g) then)."""
+        if sorted(self.step_times) != list(range(num_instances)):
+            return ()
+        return tuple(tuple(self.step_times[i]) for i in range(num_instances))
 
     def recorded_acceptance(self, policy: str) -> AcceptanceTable:
         """What chains of drafts find in this run's recorded output, by siblings ahead."""
@@ -366,6 +378,8 @@ def _replay_block(block: _Block, args: _ReplayArgs) -> _BlockReplay:
         tokens = block.streams.get(policy)
         reqs = from_record(record, block.workload.max_new_tokens, tokens)
         cfg = _sim_config(gen, chunk_size, bool(block.suffix), block.seed, lat, over)
+        # the replayed policies price drafts by what the live ones read (information parity)
+        cfg = dataclasses.replace(cfg, spec_step_times=block.spec_step_times(cfg.num_instances))
         # no recorded tokens (older traces): drafts from the random-text table
         acc = acceptance if tokens is None else None
         sim = simulate(reqs, policy, cfg, cost, acceptance=acc, spec_state=state)
@@ -723,7 +737,10 @@ def run(
                 if sweep is not None:
                     console.print(f"profile pass {sweep.passes + 1}")
                     sim_profile.measure_pass(sweep)
-            blocks.append(_Block(seed, suffix, workload, live, _policy_steps(steps_dir), streams))
+            recorded = read_step_times(steps_dir) if steps_dir.is_dir() else {}
+            blocks.append(
+                _Block(seed, suffix, workload, live, _policy_steps(steps_dir), streams, recorded)
+            )
     if sweep is not None:
         table_data = sweep.table()
         table = str(folder / "profile-interleaved.json")

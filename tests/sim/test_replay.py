@@ -15,7 +15,7 @@ from actors.generator.engine import Draft
 from pipeline.rollout.metrics import compute_metrics
 from pipeline.sim.costmodel import DATA_DIR, CostModel, load_table
 from pipeline.sim.replay import ReplayClient, accepted_len
-from pipeline.sim.simulator import SimRequest, _Run, simulate
+from pipeline.sim.simulator import RecordedStepTimes, SimRequest, _Run, simulate
 from pipeline.sim.workload import from_record
 from tests.sim.test_simulator import COST, config, workload
 
@@ -127,3 +127,38 @@ def test_the_policy_budgets_as_the_priced_engine_pays_for_drafts() -> None:
     # both budgets still draft on looping siblings (which one is chosen is asserted above)
     m_spread, m_padded = compute_metrics(spread.record), compute_metrics(padded.record)
     assert m_padded["mean_accept_len"] > 1.5 and m_spread["mean_accept_len"] > 1.5
+
+
+def _recorded(max_batch: int, draft_cost: float) -> tuple[tuple[int, int, float], ...]:
+    """(B, g, seconds) rows: 10 ms a step plus ``draft_cost`` of it per draft token."""
+    return tuple(
+        (b, g, 0.01 * (1 + draft_cost * g)) for b in range(1, max_batch + 1) for g in range(9)
+    )
+
+
+def test_recorded_step_times_price_the_replayed_policies_drafts() -> None:
+    """The T(B, g) a live generator's policy read (recorded in its step log) is what the
+    replayed policy on that instance prices drafts by: cheap drafts are granted, drafts
+    dearer than anything they could return are not (on the same trees and table)."""
+    reqs = _with_tokens(workload(), _looping)
+    cfg = config(spec="group")
+    cheap = dataclasses.replace(cfg, spec_step_times=(_recorded(cfg.max_batch, 0.01),) * 2)
+    dear = dataclasses.replace(cfg, spec_step_times=(_recorded(cfg.max_batch, 50.0),) * 2)
+    m_cheap = compute_metrics(simulate(reqs, "context_aware", cheap, COST).record)
+    m_dear = compute_metrics(simulate(reqs, "context_aware", dear, COST).record)
+    assert m_cheap["mean_accept_len"] > 3.0
+    assert m_dear["num_draft_tokens"] < 0.05 * m_cheap["num_draft_tokens"]
+    # one table per instance, or none
+    with pytest.raises(ValueError, match="spec_step_times has 1 tables for 2 instances"):
+        dataclasses.replace(cfg, spec_step_times=(_recorded(4, 0.01),))
+
+
+def test_recorded_step_times_interpolate_nothing_and_scale_past_the_largest_batch() -> None:
+    times = RecordedStepTimes(_recorded(4, 0.5))
+    assert times(3, 2) == pytest.approx(0.02)
+    assert times(8, 0) == pytest.approx(0.02)  # twice the largest batch: twice its time
+    assert times(2, 12) == times(2, 8)  # g clamped to the recorded range
+    with pytest.raises(ValueError, match=r"no row for \(B, g\) = \(2, 3\)"):
+        RecordedStepTimes([r for r in _recorded(4, 0.5) if r[:2] != (2, 3)])
+    with pytest.raises(ValueError, match="no rows"):
+        RecordedStepTimes([])

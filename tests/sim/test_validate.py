@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from actors.generator.step_log import read_step_times
 from pipeline.bench.rollout import bench_generator
 from pipeline.sim import profile, validate
 from tests.sim.test_simulator import COST as H200
@@ -47,6 +48,16 @@ def test_tiny_validate_run_writes_the_json_shape(tmp_path: Path) -> None:
     split = data["policies"]["baseline"]["live_time_split"]
     assert 0 < split["engine_s"] < split["span_s"]
     assert len(list((tmp_path / "steps" / "seed0").glob("steps-gen*.jsonl"))) == 2
+    # each speculating generator recorded the T(B, g) its policy priced drafts by (the
+    # replay's policies read it); without speculation there is none
+    assert not list((tmp_path / "steps" / "seed0").glob("step-times-gen*.json"))
+    times = read_step_times(tmp_path / "steps" / "seed0+drafts")
+    assert sorted(times) == [0, 1]
+    for rows in times.values():
+        assert {(b, g) for b, g, _ in rows} == {
+            (b, g) for b in range(1, gen["max_batch"] + 1) for g in range(9)
+        }
+        assert all(t > 0 for _, _, t in rows)
     assert Path(data["timeline_png"]).stat().st_size > 0
     assert len(list(tmp_path.glob("trace-*-seed0.json"))) == 8
     # every run's output tokens beside its trace; the +drafts replays drafted from them
