@@ -88,21 +88,25 @@ def test_instance_speeds_are_each_generators_time_over_the_tables_price() -> Non
     assert validate.instance_speeds([fast], COST, 2) == pytest.approx((1.0, 1.0))  # no log
 
 
-def _block(seed: int, *durations: float) -> validate._Block:
+def _block(seed: int, *durations: float, suffix: str = "") -> validate._Block:
     """A seed's block whose generators each logged one 4-row step (the table: 4 ms)."""
     runs = [[step(0.0, d, rows=4, ctx=32)] for d in durations]
-    return validate._Block(seed, "", None, {}, {"baseline": runs})  # type: ignore[arg-type]
+    return validate._Block(seed, suffix, None, {}, {"baseline": runs})  # type: ignore[arg-type]
 
 
-def test_cost_factors_pool_the_other_seeds() -> None:
+def test_cost_factors_pool_the_other_seeds_with_the_same_setting() -> None:
     blocks = [_block(0, 0.004, 0.008), _block(1, 0.004, 0.004), _block(2, 0.012, 0.004)]
+    # with drafts the topology ran slower: its own pools, never mixed with the others
+    blocks += [_block(s, 0.02, 0.02, suffix="+drafts") for s in (0, 1)]
     pools = validate.cost_factors(blocks, COST)
     # seed 0 is priced by seeds 1 and 2 only (factors 1, 1, 3, 1), seed 1 by 0 and 2
-    assert pools[0] == pytest.approx([1.0, 1.0, 1.0, 3.0])
-    assert pools[1] == pytest.approx([1.0, 1.0, 2.0, 3.0])
+    assert pools["0"] == pytest.approx([1.0, 1.0, 1.0, 3.0])
+    assert pools["1"] == pytest.approx([1.0, 1.0, 2.0, 3.0])
+    assert pools["0+drafts"] == pools["1+drafts"] == pytest.approx([5.0, 5.0])
+    assert validate.pool_key(blocks[3]) == "0+drafts"
     # around the table's level: over the pool's median (seed 1's: 1.5)
-    assert validate.centred(pools[0]) == pytest.approx([1.0, 1.0, 1.0, 3.0])
-    assert validate.centred(pools[1]) == pytest.approx([2 / 3, 2 / 3, 4 / 3, 2.0])
+    assert validate.centred(pools["0"]) == pytest.approx([1.0, 1.0, 1.0, 3.0])
+    assert validate.centred(pools["1"]) == pytest.approx([2 / 3, 2 / 3, 4 / 3, 2.0])
     assert validate.cost_factors(blocks[:1], COST) == {}  # one seed: no other to pool
 
 
