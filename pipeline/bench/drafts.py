@@ -124,6 +124,33 @@ def acceptance_table(
     return rows
 
 
+def differing_samples(samples: dict[str, tuple[SampleResult, ...]]) -> dict[str, Any]:
+    """Per variant whose samples are not those of "none", sample for sample: how many
+    differ and, for the first few, the sample (prompt and index), both lengths, the first
+    position where they part and both finish reasons (speculation is lossless and coupled,
+    so there should be none)."""
+    reference = samples["none"]
+    out: dict[str, Any] = {}
+    for name, got in samples.items():
+        pairs = [(a, b) for a, b in zip(reference, got, strict=True) if a.token_ids != b.token_ids]
+        if not pairs:
+            continue
+        first = []
+        for a, b in pairs[:5]:
+            shorter = min(len(a.token_ids), len(b.token_ids))
+            at = next((i for i in range(shorter) if a.token_ids[i] != b.token_ids[i]), shorter)
+            first.append(
+                {
+                    "sample": f"{a.prompt_id}/{a.index}",
+                    "lengths": [len(a.token_ids), len(b.token_ids)],
+                    "first_difference_at": at,
+                    "finish_reasons": [a.finish_reason, b.finish_reason],
+                }
+            )
+        out[name] = {"count": len(pairs), "first": first}
+    return out
+
+
 async def run_variants(
     prompts: Sequence[PromptSpec],
     group_size: int,
@@ -200,8 +227,8 @@ def run(
     runs, samples = anyio.run(
         run_variants, prompts, cfg.group_size, sampling, gen, repeats, console
     )
-    reference = [s.token_ids for s in samples["none"]]
-    identical = all([s.token_ids for s in v] == reference for v in samples.values())
+    differing = differing_samples(samples)
+    identical = not differing
 
     by_prompt: dict[str, list[list[int]]] = {}
     for s in samples["none"]:
@@ -228,6 +255,8 @@ def run(
         "acceptance": acceptance,
         "rollout": rollout,
         "identical_samples": identical,
+        # per variant whose samples differ from "none": how many, and the first few
+        "differing_samples": differing,
     }
     _print(console, result)
     if json_path:
@@ -285,3 +314,6 @@ def _print(console: Console, result: dict[str, Any]) -> None:
     console.print(tab)
     same = "yes" if result["identical_samples"] else "NO"
     console.print(f"samples identical across variants (lossless, coupled sampling): {same}")
+    for name, diff in result.get("differing_samples", {}).items():
+        first = diff["first"][0]
+        console.print(f"  {name}: {diff['count']} samples differ from none's; first: {first}")

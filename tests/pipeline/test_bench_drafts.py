@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline.bench import drafts
 from pipeline.bench.drafts import (
     _rollout_summary,
     acceptance_table,
     accepted_len,
     replay_acceptance,
 )
+from transport.messages import SampleResult
 
 
 def test_accepted_len_follows_the_tree_path_the_truth_takes() -> None:
@@ -60,3 +62,35 @@ def test_rollout_summary_reports_medians_and_ratios() -> None:
     assert out["none"]["throughput_tok_s"] == 110
     assert out["group"]["throughput_vs_none"] == pytest.approx(130 / 110)
     assert out["group"]["mean_accept_len"] == 1.5
+
+
+def _sample(prompt: str, index: int, tokens: tuple[int, ...], reason: str = "stop") -> SampleResult:
+    return SampleResult(
+        request_id=f"{prompt}-{index}",
+        group_id=prompt,
+        prompt_id=prompt,
+        index=index,
+        token_ids=tokens,
+        logprobs=(0.0,) * len(tokens),
+        finish_reason=reason,
+        weight_versions=(0,),
+        start_s=0.0,
+        end_s=1.0,
+    )
+
+
+def test_differing_samples_names_each_variant_that_is_not_lossless() -> None:
+    none = (_sample("p0", 0, (1, 2, 3)), _sample("p0", 1, (4, 5)))
+    changed = (_sample("p0", 0, (1, 2, 3)), _sample("p0", 1, (4, 6, 7), "length"))
+    diff = drafts.differing_samples({"none": none, "self": none, "group_fixed": changed})
+    assert set(diff) == {"group_fixed"}  # an identical variant is not listed
+    assert diff["group_fixed"]["count"] == 1
+    assert diff["group_fixed"]["first"] == [
+        {
+            "sample": "p0/1",
+            "lengths": [2, 3],
+            "first_difference_at": 1,
+            "finish_reasons": ["stop", "length"],
+        }
+    ]
+    assert drafts.differing_samples({"none": none, "self": none}) == {}
