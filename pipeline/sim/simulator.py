@@ -40,9 +40,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
+
 from actors.drafts.options import SpecConfig
 from actors.drafts.policy import Candidate, SpecPolicy, StepTime, make_draft_policy
 from actors.estimator.core import LengthEstimator
+from actors.generator.builtin.profile import StepProfile
 from actors.generator.engine import StepDelta, StepResult
 from actors.generator.speculator import Speculator
 from actors.scheduler import InstanceLoad, Policy, RequestState, SchedulerCore, make_policy
@@ -58,7 +61,7 @@ from transport.messages import (
     SpecStats,
 )
 
-__all__ = ["RecordedStepTimes", "SimConfig", "SimRequest", "SimResult", "simulate"]
+__all__ = ["SimConfig", "SimRequest", "SimResult", "recorded_step_times", "simulate"]
 
 _REGRANT = 256  # verified drafts after which cached grants are recomputed
 _OBSERVE = 4  # drafts verified per stretch for the speculation policy's calibration
@@ -144,31 +147,21 @@ class SimConfig:
             raise ValueError(f"SimConfig.kv_pool must be 'local' or 'global', got {self.kv_pool!r}")
 
 
-class RecordedStepTimes:
-    """T(B, g) from recorded (B, g, seconds) rows, a ``StepTime`` for a speculation policy:
-    a live generator's, so that a replayed policy prices drafts as the live one did. A
-    batch above the largest recorded one scales it linearly (as the built-in engine's
-    profile does); g is clamped to the recorded range."""
-
-    def __init__(self, rows: Sequence[tuple[int, int, float]]) -> None:
-        if not rows:
-            raise ValueError("recorded step times: no rows")
-        self.times = {(int(b), int(g)): float(t) for b, g, t in rows}
-        self.max_batch = max(b for b, _ in self.times)
-        self.max_g = max(g for _, g in self.times)
-        missing = [
-            (b, g)
-            for b in range(1, self.max_batch + 1)
-            for g in range(self.max_g + 1)
-            if (b, g) not in self.times
-        ]
-        if missing:
-            raise ValueError(f"recorded step times: no row for (B, g) = {missing[0]}")
-
-    def __call__(self, batch: int, g: int) -> float:
-        scale = max(batch, 1) / self.max_batch if batch > self.max_batch else 1.0
-        key = (min(max(batch, 1), self.max_batch), min(max(int(g), 0), self.max_g))
-        return self.times[key] * scale
+def recorded_step_times(rows: Sequence[tuple[int, int, float]]) -> StepTime:
+    """T(B, g) from recorded (B, g, seconds) rows, every B from 1 and g from 0 up to the
+    largest: a live generator's, so that a replayed policy prices drafts as the live one
+    did. Read through the built-in engine's own ``StepProfile`` (exact on the recorded
+    points; a batch above the largest scales it linearly; g clamped)."""
+    if not rows:
+        raise ValueError("recorded step times: no rows")
+    times = {(int(b), int(g)): float(t) for b, g, t in rows}
+    batches = range(1, max(b for b, _ in times) + 1)
+    lens = range(max(g for _, g in times) + 1)
+    missing = [(b, g) for b in batches for g in lens if (b, g) not in times]
+    if missing:
+        raise ValueError(f"recorded step times: no row for (B, g) = {missing[0]}")
+    table = np.array([[times[(b, g)] for g in lens] for b in batches])
+    return StepProfile(list(batches), list(lens), table).seconds
 
 
 @dataclass(slots=True)
@@ -280,7 +273,7 @@ class _Run:
 
             times: list[StepTime] = [step_time] * len(self.instances)
             if config.spec_step_times:
-                times = [RecordedStepTimes(rows) for rows in config.spec_step_times]
+                times = [recorded_step_times(rows) for rows in config.spec_step_times]
             padded = cost.pads_drafts  # as the live policy on the engine this table prices
 
             if self.replay:

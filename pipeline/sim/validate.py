@@ -520,15 +520,15 @@ def cost_factors(blocks: list[_Block], cost: CostModel) -> dict[str, list[float]
             factors = instance_speeds(logged, cost, len(logged))
             per_block.setdefault((block.seed, block.suffix), []).extend(factors)
     pools: dict[str, list[float]] = {}
-    for seed, suffix in per_block:
+    for block in blocks:
         pool = [
             f
             for (other, setting), fs in per_block.items()
-            if other != seed and setting == suffix
+            if other != block.seed and setting == block.suffix
             for f in fs
         ]
         if pool:
-            pools[f"{seed}{suffix}"] = sorted(pool)
+            pools[pool_key(block)] = sorted(pool)
     return pools
 
 

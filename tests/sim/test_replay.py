@@ -15,7 +15,7 @@ from actors.generator.engine import Draft
 from pipeline.rollout.metrics import compute_metrics
 from pipeline.sim.costmodel import DATA_DIR, CostModel, load_table
 from pipeline.sim.replay import ReplayClient, accepted_len
-from pipeline.sim.simulator import RecordedStepTimes, SimRequest, _Run, simulate
+from pipeline.sim.simulator import SimRequest, _Run, recorded_step_times, simulate
 from pipeline.sim.workload import from_record
 from tests.sim.test_simulator import COST, config, workload
 
@@ -154,11 +154,11 @@ def test_recorded_step_times_price_the_replayed_policies_drafts() -> None:
 
 
 def test_recorded_step_times_interpolate_nothing_and_scale_past_the_largest_batch() -> None:
-    times = RecordedStepTimes(_recorded(4, 0.5))
+    times = recorded_step_times(_recorded(4, 0.5))
     assert times(3, 2) == pytest.approx(0.02)
     assert times(8, 0) == pytest.approx(0.02)  # twice the largest batch: twice its time
     assert times(2, 12) == times(2, 8)  # g clamped to the recorded range
     with pytest.raises(ValueError, match=r"no row for \(B, g\) = \(2, 3\)"):
-        RecordedStepTimes([r for r in _recorded(4, 0.5) if r[:2] != (2, 3)])
+        recorded_step_times([r for r in _recorded(4, 0.5) if r[:2] != (2, 3)])
     with pytest.raises(ValueError, match="no rows"):
-        RecordedStepTimes([])
+        recorded_step_times([])
