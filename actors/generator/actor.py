@@ -27,6 +27,7 @@ serving.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Mapping
 
@@ -35,6 +36,7 @@ import torch
 
 from actors.base import Actor, ActorContext, Handler
 from actors.generator.backends import build_engine
+from actors.generator.cpus import cores_for, pin_process
 from actors.generator.draft_sync import DraftSync
 from actors.generator.engine import (
     ChunkResult,
@@ -99,6 +101,12 @@ class GeneratorActor(Actor):
         }
 
     async def on_start(self) -> None:
+        if self.opts.pin_cores:
+            cores = cores_for(self.ctx.index, self.opts.num_threads)
+            if pin_process(cores):
+                self.log.info("pinned", cores=sorted(cores))
+            else:
+                self.log.warning("pin_unsupported", platform=sys.platform)
         engine = await anyio.to_thread.run_sync(build_engine, self.opts, self.ctx.index)
         cfg = self.opts.spec
         if isinstance(engine, RemoteEngine):

@@ -17,7 +17,9 @@ class GeneratorOptions:
     policy (a TOML sub-table). `max_batch` .. `profile`: the built-in engine's settings
     (`actors.generator.builtin.EngineConfig`). `spec`: speculation (a TOML sub-table).
     `sglang`: the SGLang servers of backend "sglang" (a TOML sub-table; `max_batch` is then
-    the scheduler's cap of chunks in flight per server)."""
+    the scheduler's cap of chunks in flight per server). `pin_cores` (built-in engine):
+    generator i runs on `num_threads` cores of its own (`actors.generator.cpus`), as a GPU
+    host gives each instance its own device; the benches and `seer sim validate` pin."""
 
     backend: str = "builtin"
     model: ModelOptions = field(default_factory=ModelOptions)
@@ -27,6 +29,7 @@ class GeneratorOptions:
     num_threads: int = 1
     eos_token_id: int | None = None
     profile: bool = False
+    pin_cores: bool = False
     spec: SpecConfig = field(default_factory=SpecConfig)
     sglang: SGLangOptions = field(default_factory=SGLangOptions)
 
@@ -39,4 +42,10 @@ class GeneratorOptions:
             "GeneratorOptions.eos_token_id",
             f"a token id below vocab_size {self.model.vocab_size}",
             eos,
+        )
+        check(
+            not self.pin_cores or self.backend == "builtin",
+            "GeneratorOptions.pin_cores",
+            "false unless backend is builtin (SGLang servers place themselves)",
+            self.pin_cores,
         )

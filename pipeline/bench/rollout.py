@@ -51,6 +51,9 @@ def bench_generator(quick: bool) -> dict[str, Any]:
         "max_batch": 16 if quick else 32,
         "kv_budget_tokens": 2048 if quick else 6144,
         "num_threads": 1,
+        # each generator on a core of its own: live makespans spread half as much over
+        # seeds on this 2-core host (actors/generator/cpus.py)
+        "pin_cores": True,
     }
 
 

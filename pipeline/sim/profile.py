@@ -55,6 +55,7 @@ import torch
 from actors.generator import ChunkRequest, GeneratorOptions, SamplingParams
 from actors.generator.builtin import build_torch_engine
 from actors.generator.builtin.torch_engine import TorchEngine
+from actors.generator.cpus import cores_for, pin_process, pinned_thread
 from actors.generator.engine import Draft
 from pipeline.config import build_options
 
@@ -63,6 +64,7 @@ __all__ = [
     "Sweep",
     "cache_key",
     "cached_table",
+    "cores",
     "measure_pass",
     "profile_engine",
     "run",
@@ -75,6 +77,12 @@ FORMAT = 5  # bump when the measurement method changes (cached tables then re-me
 DRAFT_LENS = (0, 1, 2, 4, 8)  # the grid's defaults
 PREFILLS = (16, 64, 256, 512)  # new tokens per request in a prefill row
 PREFILL_SEGMENTS = (1, 8)  # requests per prefill row
+
+
+def cores(gen: dict[str, Any], index: int) -> set[int] | None:
+    """Generator ``index``'s cores when ``gen`` pins (``pin_cores``), else None: the profile
+    measures on generator 0's and runs its twin on generator 1's, as live."""
+    return cores_for(index, int(gen.get("num_threads", 1))) if gen.get("pin_cores") else None
 
 
 def _engine(gen: dict[str, Any]) -> TorchEngine:
@@ -172,6 +180,9 @@ def _prefill_ms(engine: TorchEngine, tokens: int, segments: int = 1) -> float:
 def _twin(gen: dict[str, Any], batch: int, ctx: int, ready: Any, stop: Any) -> None:
     """A second generator's engine decoding ``batch`` requests at about ``ctx`` tokens of
     context, step after step, until ``stop`` is set (a process of its own, as live)."""
+    twin_cores = cores(gen, 1)
+    if twin_cores is not None:
+        pin_process(twin_cores)
     engine = _engine(gen)
     greedy = SamplingParams(temperature=1.0, ignore_eos=True, seed=2)
     prompt = tuple((5 * i) % 250 for i in range(ctx))
@@ -235,7 +246,8 @@ def profile_engine(
         raise ValueError(f"passes must be >= 1, got {passes}")
     pair = twin_of({"batches": batches, "contexts": contexts}) if twin else None
     sweep = Sweep(gen, batches, contexts, draft_lens, prefills, prefill_segments, steps, pair)
-    with twin_running(gen, pair) if pair else contextlib.nullcontext():
+    beside = twin_running(gen, pair) if pair else contextlib.nullcontext()
+    with beside, pinned_thread(cores(gen, 0)):
         engine = _warm_engine(gen)
         for _ in range(passes):  # interleaved: a burst of load hits one sample of each point
             sweep.measure(engine)
@@ -350,7 +362,8 @@ def twin_of(grid: dict[str, Any]) -> dict[str, int]:
 
 def measure_pass(sweep: Sweep) -> None:
     """One more pass of ``sweep`` on a fresh engine (its twin stepping alongside)."""
-    with twin_running(sweep.gen, sweep.twin) if sweep.twin else contextlib.nullcontext():
+    beside = twin_running(sweep.gen, sweep.twin) if sweep.twin else contextlib.nullcontext()
+    with beside, pinned_thread(cores(sweep.gen, 0)):
         sweep.measure(_warm_engine(sweep.gen))
 
 

@@ -89,6 +89,7 @@ from rich.console import Console
 from rich.table import Table
 
 from actors.generator import ChunkRequest, SamplingParams
+from actors.generator.cpus import pinned_thread
 from actors.generator.options import GeneratorOptions
 from actors.generator.step_log import ENV as STEP_LOG_ENV
 from actors.generator.step_log import read_step_logs, read_step_times
@@ -115,6 +116,7 @@ from transport.messages import RolloutRecord
 
 __all__ = ["run", "teacher_forced_error"]
 
+Pool = list[tuple[float, ...]]  # live rollouts' cost factors, one per generator, in order
 RANDOM_TEXT = SiblingModel(vocab=259, p_repeat=0.0, p_noise=1.0, p_jump=0.0)
 # the live samples' temperature: the random bench model's siblings repeat each other there
 # (grouped drafts of 8 hold ~1.8 tokens with 3 siblings' streams, measured on its output)
@@ -146,9 +148,10 @@ def teacher_forced_error(
             engine.add(ChunkRequest(f"{p.prompt_id}-{k}", p.token_ids, n, params=params))
     measured, predicted, errors = 0.0, 0.0, []
     while engine.has_work():
-        start = time.perf_counter()
-        result = engine.step()
-        took = time.perf_counter() - start
+        with pinned_thread(sim_profile.cores(gen, 0)):  # as generator 0 runs
+            start = time.perf_counter()
+            result = engine.step()
+            took = time.perf_counter() - start
         for done in result.finished:  # a finished request's KV goes, as live generators
             engine.release(done.request_id)  # release it (parked, it inflated the context)
         if not result.num_decode_rows and not result.num_prefill_tokens:
@@ -338,8 +341,8 @@ class _ReplayArgs:
     cost: CostModel
     acceptance: Any
     normalize: bool
-    pools: dict[str, list[float]] | None
-    spread_pools: dict[str, list[float]] | None
+    pools: dict[str, Pool] | None
+    spread_pools: dict[str, Pool] | None
 
 
 @dataclasses.dataclass
@@ -448,16 +451,16 @@ def _replay(
     acceptance: Any,
     *,
     normalize: bool,
-    pools: dict[str, list[float]] | None = None,
-    spread_pools: dict[str, list[float]] | None = None,
+    pools: dict[str, Pool] | None = None,
+    spread_pools: dict[str, Pool] | None = None,
 ) -> _Replayed:
     """Every block's traces through the simulator priced by ``cost``: per configuration the
     live and simulated figures seed by seed (``normalize``: also the speed-normalized
-    replay; ``pools``: the simulated makespan and tail are medians over replays with each
-    instance's cost factor drawn from its block's pool (``pool_key``); ``spread_pools``: the same as
-    ``table_*``; ``uniform_*``: every instance at the table's price), example records for
-    the timeline, where the live generators' time went, the measured latencies and every
-    logged step."""
+    replay; ``pools``: the simulated makespan and tail are medians over replays, each at
+    one live rollout's cost factors from its block's pool (``pool_key``); ``spread_pools``:
+    the same as ``table_*``; ``uniform_*``: every instance at the table's price), example
+    records for the timeline, where the live generators' time went, the measured latencies
+    and every logged step."""
     args = _ReplayArgs(gen, chunk_size, cost, acceptance, normalize, pools, spread_pools)
     workers = min(len(blocks), os.cpu_count() or 1)
     if workers > 1:  # blocks are independent: one process per core (spawned: no torch fork)
@@ -500,26 +503,31 @@ def pool_key(block: _Block) -> str:
     return f"{block.seed}{block.suffix}"
 
 
-def cost_factors(blocks: list[_Block], cost: CostModel) -> dict[str, list[float]]:
+def cost_factors(blocks: list[_Block], cost: CostModel) -> dict[str, Pool]:
     """Per seed and speculation setting (``pool_key``): the cost factors the live generator
     processes ran at, from every *other* seed's runs with the same setting, so that no
     run's own speed prices its replay (leave one seed out): each generator's logged engine
-    time in a rollout over the table's price for its own steps: the pool sets how fast the
-    live topology runs, relative to the table, and how unevenly (``centred``: the spread
-    alone). On a shared host two processes doing the same work run at different speeds
-    and a rollout waits for the slower one, so a replay with every instance at one price
-    finishes early and with a short tail. The setting matters: with drafts the topology
-    runs a draft store and each generator drafts beside its engine steps, on the same 2
-    cores, and its steps run slower against the table (in one run 1.12-1.22x on steps
-    with and without drafts alike, against 1.04-1.07x in the same seeds without
-    speculation). Empty for a seed with no other seed's step logs."""
-    per_block: dict[tuple[int, str], list[float]] = {}
+    time in a rollout over the table's price for its own steps, a rollout's generators
+    together: the pool sets how fast the live topology runs, relative to the table, and
+    how unevenly (``centred``: the spread alone). On a shared host two processes doing the
+    same work run at different speeds and a rollout waits for the slower one, so a replay
+    with every instance at one price finishes early and with a short tail. But the
+    machine's pace moves both at once: over five quick runs one rollout's two generators'
+    factors correlated 0.72-0.84, and their speeds differed half as much (median |log
+    ratio| 0.06-0.09) as factors drawn apart from the pool would (0.12-0.24), so a draw is
+    one whole rollout's factors, never one instance's from here and another's from there.
+    The setting matters: with drafts the topology runs a draft store and each generator
+    drafts beside its engine steps, on the same 2 cores, and its steps run slower against
+    the table (in one run 1.12-1.22x on steps with and without drafts alike, against
+    1.04-1.07x in the same seeds without speculation). A rollout in which a generator
+    logged no step is left out. Empty for a seed with no other seed's step logs."""
+    per_block: dict[tuple[int, str], Pool] = {}
     for block in blocks:
         for runs in block.steps.values():
-            logged = [steps for steps in runs if steps]
-            factors = instance_speeds(logged, cost, len(logged))
-            per_block.setdefault((block.seed, block.suffix), []).extend(factors)
-    pools: dict[str, list[float]] = {}
+            if runs and all(runs):
+                factors = instance_speeds(runs, cost, len(runs))
+                per_block.setdefault((block.seed, block.suffix), []).append(factors)
+    pools: dict[str, Pool] = {}
     for block in blocks:
         pool = [
             f
@@ -532,10 +540,11 @@ def cost_factors(blocks: list[_Block], cost: CostModel) -> dict[str, list[float]
     return pools
 
 
-def centred(pool: list[float]) -> list[float]:
-    """``pool`` over its median: the table sets the level, the pool only the spread."""
-    middle = statistics.median(pool)
-    return [f / middle for f in pool]
+def centred(pool: Pool) -> Pool:
+    """``pool`` over the median of its factors: the table sets the level, the pool only the
+    spread."""
+    middle = statistics.median(f for factors in pool for f in factors)
+    return [tuple(f / middle for f in factors) for factors in pool]
 
 
 def _at_speeds(
@@ -560,16 +569,18 @@ def _drawn(
     cfg: SimConfig,
     cost: CostModel,
     acceptance: Any,
-    pool: list[float],
+    pool: Pool,
     key: tuple[int, ...],
     spec_state: Any = None,
 ) -> tuple[list[float], list[float]]:
-    """Makespans and tails of ``DRAWS`` replays, each instance's cost factor drawn from
-    ``pool`` (seeded by ``key``: the same draws every time)."""
+    """Makespans and tails of ``DRAWS`` replays, each with the instances' cost factors of
+    one live rollout drawn from ``pool`` (seeded by ``key``: the same draws every time)."""
+    if any(len(factors) != cfg.num_instances for factors in pool):
+        raise ValueError(f"every draw in the pool needs {cfg.num_instances} cost factors")
     rng = np.random.default_rng(key)
     makespans, tails = [], []
-    for factors in rng.choice(pool, size=(DRAWS, cfg.num_instances)):
-        speeds = tuple(float(f) for f in factors)
+    for index in rng.integers(len(pool), size=DRAWS):
+        speeds = tuple(float(f) for f in pool[index])
         m = _at_speeds(reqs, policy, cfg, cost, acceptance, speeds, spec_state)
         makespans.append(m["makespan_s"])
         tails.append(m["tail_s"])
@@ -975,10 +986,11 @@ def _table(summary: dict[str, Any]) -> Table:
         )
     if summary.get("cost_factor_pools"):
         t.caption += (
-            f". Sim = median of {DRAWS} replays, each instance's cost factor drawn from the "
-            f"other seeds' live generators of the same setting; drawn around the table's "
-            f"level instead: makespan error median {summary['median_table_makespan_err']:.1%}, "
-            f"tail {summary['median_table_tail_err']:.1%}; every instance at the table's price: "
+            f". Sim = median of {DRAWS} replays, each at the generators' cost factors of one "
+            f"live rollout drawn from the other seeds' of the same setting; drawn around the "
+            f"table's level instead: makespan error median "
+            f"{summary['median_table_makespan_err']:.1%}, tail "
+            f"{summary['median_table_tail_err']:.1%}; every instance at the table's price: "
             f"{summary['median_uniform_makespan_err']:.1%}, tail "
             f"{summary['median_uniform_tail_err']:.1%}"
         )

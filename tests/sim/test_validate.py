@@ -94,34 +94,47 @@ def _block(seed: int, *durations: float, suffix: str = "") -> validate._Block:
     return validate._Block(seed, suffix, None, {}, {"baseline": runs})  # type: ignore[arg-type]
 
 
-def test_cost_factors_pool_the_other_seeds_with_the_same_setting() -> None:
+def test_cost_factors_pool_the_other_seeds_rollouts_with_the_same_setting() -> None:
     blocks = [_block(0, 0.004, 0.008), _block(1, 0.004, 0.004), _block(2, 0.012, 0.004)]
     # with drafts the topology ran slower: its own pools, never mixed with the others
     blocks += [_block(s, 0.02, 0.02, suffix="+drafts") for s in (0, 1)]
+    blocks += [_block(3, 0.004, suffix="+drafts")]  # a generator logged nothing: left out
+    blocks[-1].steps["baseline"].append([])
     pools = validate.cost_factors(blocks, COST)
-    # seed 0 is priced by seeds 1 and 2 only (factors 1, 1, 3, 1), seed 1 by 0 and 2
-    assert pools["0"] == pytest.approx([1.0, 1.0, 1.0, 3.0])
-    assert pools["1"] == pytest.approx([1.0, 1.0, 2.0, 3.0])
-    assert pools["0+drafts"] == pools["1+drafts"] == pytest.approx([5.0, 5.0])
+    # seed 0 is priced by seeds 1 and 2 only, seed 1 by 0 and 2: whole rollouts, in order
+    assert pools["0"] == [pytest.approx((1.0, 1.0)), pytest.approx((3.0, 1.0))]
+    assert pools["1"] == [pytest.approx((1.0, 2.0)), pytest.approx((3.0, 1.0))]
+    assert pools["0+drafts"] == pools["1+drafts"] == [pytest.approx((5.0, 5.0))]
     assert validate.pool_key(blocks[3]) == "0+drafts"
-    # around the table's level: over the pool's median (seed 1's: 1.5)
-    assert validate.centred(pools["0"]) == pytest.approx([1.0, 1.0, 1.0, 3.0])
-    assert validate.centred(pools["1"]) == pytest.approx([2 / 3, 2 / 3, 4 / 3, 2.0])
+    # around the table's level: over the median of the pool's factors (seed 1's: 1.5)
+    assert validate.centred(pools["0"]) == [pytest.approx((1.0, 1.0)), pytest.approx((3.0, 1.0))]
+    assert validate.centred(pools["1"]) == [
+        pytest.approx((2 / 3, 4 / 3)),
+        pytest.approx((2.0, 2 / 3)),
+    ]
     assert validate.cost_factors(blocks[:1], COST) == {}  # one seed: no other to pool
 
 
 def test_speed_draws_repeat_and_a_slower_pool_takes_longer() -> None:
     reqs, cfg = workload(), config()
-    even = validate._drawn(reqs, "context_aware", cfg, H200, None, [1.0], (0, 1, 0))
-    uneven = validate._drawn(reqs, "context_aware", cfg, H200, None, [0.7, 1.0, 1.6], (0, 1, 0))
-    assert uneven == validate._drawn(
-        reqs, "context_aware", cfg, H200, None, [0.7, 1.0, 1.6], (0, 1, 0)
-    )
-    assert uneven != validate._drawn(
-        reqs, "context_aware", cfg, H200, None, [0.7, 1.0, 1.6], (1, 1, 0)
-    )
+    n = cfg.num_instances
+    pool = [(0.7,) * n, (1.0,) + (1.6,) * (n - 1), (1.6,) * n]
+    even = validate._drawn(reqs, "context_aware", cfg, H200, None, [(1.0,) * n], (0, 1, 0))
+    uneven = validate._drawn(reqs, "context_aware", cfg, H200, None, pool, (0, 1, 0))
+    assert uneven == validate._drawn(reqs, "context_aware", cfg, H200, None, pool, (0, 1, 0))
+    assert uneven != validate._drawn(reqs, "context_aware", cfg, H200, None, pool, (1, 1, 0))
+    with pytest.raises(ValueError, match=f"{n} cost factors"):  # a draw prices every instance
+        validate._drawn(reqs, "context_aware", cfg, H200, None, [(1.0,)] * n, (0, 1, 0))
     assert len(even[0]) == len(uneven[0]) == validate.DRAWS
     assert len(set(even[0])) == 1  # one factor: every draw the same replay
+    # a draw is one rollout's factors together: never one from each of two rollouts
+    together = [(1.0,) * n, (2.0,) * n]
+    spans, _ = validate._drawn(reqs, "context_aware", cfg, H200, None, together, (0, 1, 0))
+    apart = {
+        validate._at_speeds(reqs, "context_aware", cfg, H200, None, f)["makespan_s"]
+        for f in together
+    }
+    assert set(spans) == apart
     # the rollout waits for the slower instance
     assert statistics.median(uneven[0]) > statistics.median(even[0])
 
@@ -185,7 +198,9 @@ def test_tiny_validate_measures_its_table_between_the_live_blocks(
     assert all(len(p["live_makespans_s"]) == 2 for p in data["policies"].values())
     # each seed's replays drew instance speeds from the other seed's generators
     assert set(data["cost_factor_pools"]) == {"0", "1"}
-    assert all(len(v) == 2 * 4 for v in data["cost_factor_pools"].values())
+    # the other seed's four rollouts, each both generators' factors
+    assert all(len(v) == 4 for v in data["cost_factor_pools"].values())
+    assert all(len(f) == 2 for v in data["cost_factor_pools"].values() for f in v)
     for p in data["policies"].values():
         assert p["makespan_err"] == pytest.approx(
             abs(p["sim_makespan_s"] - p["live_makespan_s"]) / p["live_makespan_s"]
