@@ -13,9 +13,14 @@ are the accepted path plus the bonus token, as the engine's verification would g
 (lossless: the output does not depend on the drafts). The outcome goes back to the
 policy (``Speculator.observe``), as live.
 
-Stated differences from live: every sibling's tokens reach the tree as soon as the
+As live, each sibling's sequence in the tree starts with the group's prompt tail (its
+last ``PROMPT_TAIL_TOKENS`` tokens, ``SimRequest.prompt_tail``), and a request's matcher
+starts from the prompt tail and what it has generated, so a request that has generated
+nothing yet can draft its siblings' first tokens.
+
+Stated difference from live: every sibling's tokens reach the tree as soon as the
 simulation generates them (live, siblings on another generator arrive with the draft
-store's sync, every ``sync_interval_s``); the prompt's tail is not in the tree.
+store's sync, every ``sync_interval_s``).
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ __all__ = ["ReplayClient", "ReplayTrees", "accepted_len"]
 
 class ReplayTrees:
     """One suffix tree per group with each member's recorded tokens up to where the
-    simulation has generated them (``generated``: request index -> tokens so far)."""
+    simulation has generated them (``generated``: request index -> tokens so far), after
+    its prompt tail (``prompt_tails``, per request; none: no tail)."""
 
     def __init__(
         self,
@@ -39,8 +45,10 @@ class ReplayTrees:
         groups: dict[str, list[int]],
         generated: Callable[[int], int],
         config: SpecConfig,
+        prompt_tails: Sequence[Sequence[int]] = (),
     ) -> None:
         self.tokens = tokens
+        self.prompt_tails = prompt_tails
         self.groups = groups
         self.generated = generated
         self.config = config
@@ -63,7 +71,10 @@ class ReplayTrees:
         for s in self.groups[group_id]:
             n = self.generated(s)
             if n > self.fed[s]:
-                tree.append(s, self.tokens[s][self.fed[s] : n])
+                new = list(self.tokens[s][self.fed[s] : n])
+                if not self.fed[s] and self.prompt_tails:  # a sequence starts with the tail
+                    new = [*self.prompt_tails[s], *new]
+                tree.append(s, new)
                 self.fed[s] = n
         return tree
 
@@ -88,7 +99,7 @@ class ReplayClient:
         tree = self.trees.sync(group_id)
         max_match = self.trees.config.max_match
         matcher = tree.matcher(max_match, 8)
-        matcher.feed(list(generated_ids[-max_match:]))
+        matcher.feed([*prompt_ids[-max_match:], *generated_ids][-max_match:])  # as live
         self._group[request_id] = group_id
         self._matchers[request_id] = (matcher, len(generated_ids))
         return False

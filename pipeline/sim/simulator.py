@@ -80,6 +80,9 @@ class SimRequest:
     max_new_tokens: int
     # the recorded output (a live trace's): grouped drafts then replay on it
     token_ids: tuple[int, ...] = ()
+    # the prompt's last PROMPT_TAIL_TOKENS tokens: live, every sibling's sequence in the
+    # group's suffix tree starts with them, and a draft's match starts in them
+    prompt_tail: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -278,7 +281,11 @@ class _Run:
 
             if self.replay:
                 trees = self._trees = ReplayTrees(
-                    [r.token_ids for r in self.reqs], self.members, self._generated, spec_cfg
+                    [r.token_ids for r in self.reqs],
+                    self.members,
+                    self._generated,
+                    spec_cfg,
+                    [r.prompt_tail for r in self.reqs],
                 )
                 for priced in times:
                     speculator = Speculator(spec_cfg, priced, padded=padded)
@@ -420,7 +427,12 @@ class _Run:
                 req = self.reqs[r]
                 n = self._generated(r)
                 spec.start(
-                    req.request_id, req.group_id, c.chunk_seq, (), req.token_ids[:n], req.is_probe
+                    req.request_id,
+                    req.group_id,
+                    c.chunk_seq,
+                    req.prompt_tail,
+                    req.token_ids[:n],
+                    req.is_probe,
                 )
         if not decoding:
             return

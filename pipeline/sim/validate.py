@@ -112,7 +112,7 @@ from pipeline.sim.acceptance import (
 from pipeline.sim.costmodel import CostModel, load_table
 from pipeline.sim.simulator import SimConfig, simulate
 from pipeline.sim.workload import from_record
-from transport.messages import RolloutRecord
+from transport.messages import PROMPT_TAIL_TOKENS, RolloutRecord
 
 __all__ = ["run", "teacher_forced_error"]
 
@@ -375,12 +375,13 @@ def _replay_block(block: _Block, args: _ReplayArgs) -> _BlockReplay:
     # topology runs them in this order): each replay starts from the policies the
     # previous configuration's replay (at the table's price) left; the first, fresh
     state: Any = None
+    prompt_tails = {p.prompt_id: p.token_ids[-PROMPT_TAIL_TOKENS:] for p in block.workload.prompts}
     for policy, records in block.live.items():
         name = policy + block.suffix
         record = records[0]
         # with drafts and recorded tokens, grouped drafts replay on the run's own output
         tokens = block.streams.get(policy)
-        reqs = from_record(record, block.workload.max_new_tokens, tokens)
+        reqs = from_record(record, block.workload.max_new_tokens, tokens, prompt_tails)
         cfg = _sim_config(gen, chunk_size, bool(block.suffix), block.seed, lat, over)
         # the replayed policies price drafts by what the live ones read (information parity)
         cfg = dataclasses.replace(cfg, spec_step_times=block.spec_step_times(cfg.num_instances))

@@ -135,13 +135,15 @@ def from_record(
     record: RolloutRecord,
     max_new_tokens: int,
     tokens: Mapping[str, Sequence[int]] | None = None,
+    prompt_tails: Mapping[str, Sequence[int]] | None = None,
 ) -> list[SimRequest]:
     """A live rollout's requests with their recorded output lengths, in arrival order: by
     arrival time, then as the record lists them (its arrival order). Ties broken by id
     put group 10 before group 1, and the baseline pins groups to instances round-robin by
     arrival, so such a replay split a rollout's work between instances unlike the live
     run. ``tokens``: the run's output tokens by request id (grouped drafts then replay on
-    them); every request must have its whole output there."""
+    them); every request must have its whole output there. ``prompt_tails``: each prompt's
+    last ``PROMPT_TAIL_TOKENS`` tokens by prompt id (the replayed trees start with them)."""
     tokens = tokens or {}
     for r in record.requests:
         got = tokens.get(r.request_id)
@@ -162,6 +164,7 @@ def from_record(
             output_len=r.output_len,
             max_new_tokens=max_new_tokens,
             token_ids=tuple(tokens[r.request_id][: r.output_len]) if tokens else (),
+            prompt_tail=tuple((prompt_tails or {}).get(r.prompt_id, ())),
         )
         for r in reqs
     ]

@@ -10,11 +10,12 @@ import random
 import pytest
 
 import actors.generator.speculator as live_speculator
+from actors.drafts.options import SpecConfig
 from actors.drafts.policy import MarginalBenefitPolicy
 from actors.generator.engine import Draft
 from pipeline.rollout.metrics import compute_metrics
 from pipeline.sim.costmodel import DATA_DIR, CostModel, load_table
-from pipeline.sim.replay import ReplayClient, accepted_len
+from pipeline.sim.replay import ReplayClient, ReplayTrees, accepted_len
 from pipeline.sim.simulator import SimRequest, _Run, recorded_step_times, simulate
 from pipeline.sim.workload import from_record
 from tests.sim.test_simulator import COST, config, workload
@@ -162,3 +163,22 @@ def test_recorded_step_times_interpolate_nothing_and_scale_past_the_largest_batc
         recorded_step_times([r for r in _recorded(4, 0.5) if r[:2] != (2, 3)])
     with pytest.raises(ValueError, match="no rows"):
         recorded_step_times([])
+
+
+def test_replayed_trees_start_each_sibling_with_the_prompt_tail_as_live() -> None:
+    """A request that has generated nothing yet drafts its sibling's first tokens: its
+    matcher starts in the prompt tail, which every sequence of the group begins with (the
+    live draft store's layout); without the tail there is nothing to match yet."""
+    tail = (101, 102, 103, 104)
+    ahead = (7, 8, 9, 10, 11, 12)
+    made = {0: 0, 1: len(ahead)}  # request 1 is six tokens ahead of request 0
+
+    def drafted(tails: list[tuple[int, ...]]) -> tuple[int, ...]:
+        trees = ReplayTrees([ahead, ahead], {"g": [0, 1]}, made.__getitem__, SpecConfig(), tails)
+        client = ReplayClient(trees, {"r0": 0, "r1": 1})
+        client.start("r0", "g", 1, tails[0] if tails else (), ())
+        got = client.speculate("r0", max_tokens=4)
+        return got.token_ids if got is not None else ()
+
+    assert drafted([tail, tail]) == ahead[:4]
+    assert drafted([]) == ()
