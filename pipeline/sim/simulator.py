@@ -121,6 +121,11 @@ class SimConfig:
     # rows: what a live generator's policy read (its engine's start-up measurement,
     # recorded in the step log); empty = the table's T(B, g) at the workload's mean context
     spec_step_times: tuple[tuple[tuple[int, int, float], ...], ...] = ()
+    # per instance, the decode batch sizes of the engine steps its live generator took
+    # before this rollout with nothing to draft (the topology's warm-up rollout): fresh
+    # replayed speculation policies count them (``can_pay``, once a step, as live), which
+    # sets when the first exploration falls due; ignored when ``spec_state`` is given
+    spec_prelude: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
         for name in (
@@ -142,6 +147,11 @@ class SimConfig:
         if self.spec_step_times and len(self.spec_step_times) != self.num_instances:
             raise ValueError(
                 f"SimConfig.spec_step_times has {len(self.spec_step_times)} tables for "
+                f"{self.num_instances} instances"
+            )
+        if self.spec_prelude and len(self.spec_prelude) != self.num_instances:
+            raise ValueError(
+                f"SimConfig.spec_prelude has {len(self.spec_prelude)} step lists for "
                 f"{self.num_instances} instances"
             )
         if self.spec not in ("off", "group"):
@@ -308,6 +318,10 @@ class _Run:
             elif acceptance is not None and not self.replay:  # warm: earlier iterations
                 for spec_policy in self.spec:
                     self._warm(spec_policy, acceptance)
+            elif self.replay:  # the steps a fresh live policy counted before this rollout
+                for spec_policy, batches in zip(self.spec, config.spec_prelude, strict=False):
+                    for batch in batches:
+                        spec_policy.can_pay(batch)
         self._grants: list[dict[Any, dict[tuple[int, bool], int]]] = [{} for _ in self.instances]
         self._observed = [0] * len(self.instances)
         self.progress = [0.0] * len(self.reqs)

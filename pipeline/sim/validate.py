@@ -308,6 +308,8 @@ class _Block:
     streams: Streams = dataclasses.field(default_factory=dict)
     # instance -> the (B, g, seconds) its live speculation policy priced drafts by
     step_times: dict[int, list[tuple[int, int, float]]] = dataclasses.field(default_factory=dict)
+    # instance -> the decode batch sizes of its steps before the first policy's rollout
+    prelude: dict[int, list[int]] = dataclasses.field(default_factory=dict)
 
     def spec_step_times(self, num_instances: int) -> tuple[tuple[tuple[int, int, float], ...], ...]:
         """What each live generator's policy priced drafts by, for the replay's policies;
@@ -315,6 +317,13 @@ class _Block:
         if sorted(self.step_times) != list(range(num_instances)):
             return ()
         return tuple(tuple(self.step_times[i]) for i in range(num_instances))
+
+    def spec_prelude(self, num_instances: int) -> tuple[tuple[int, ...], ...]:
+        """The steps each live generator's policy counted before the block's first rollout
+        (the warm-up's), for the replay's fresh policies; empty when not logged."""
+        if sorted(self.prelude) != list(range(num_instances)):
+            return ()
+        return tuple(tuple(self.prelude[i]) for i in range(num_instances))
 
     def recorded_acceptance(self, policy: str) -> AcceptanceTable:
         """What chains of drafts find in this run's recorded output, by siblings ahead."""
@@ -384,7 +393,12 @@ def _replay_block(block: _Block, args: _ReplayArgs) -> _BlockReplay:
         reqs = from_record(record, block.workload.max_new_tokens, tokens, prompt_tails)
         cfg = _sim_config(gen, chunk_size, bool(block.suffix), block.seed, lat, over)
         # the replayed policies price drafts by what the live ones read (information parity)
-        cfg = dataclasses.replace(cfg, spec_step_times=block.spec_step_times(cfg.num_instances))
+        cfg = dataclasses.replace(
+            cfg,
+            spec_step_times=block.spec_step_times(cfg.num_instances),
+            # the warm-up's steps, which the live policies counted (the first replay only)
+            spec_prelude=block.spec_prelude(cfg.num_instances),
+        )
         # no recorded tokens (older traces): drafts from the random-text table
         acc = acceptance if tokens is None else None
         sim = simulate(reqs, policy, cfg, cost, acceptance=acc, spec_state=state)
@@ -652,6 +666,26 @@ def _policy_steps(folder: Path) -> dict[str, list[list[dict[str, float]]]]:
     }
 
 
+def _prelude(folder: Path) -> dict[int, list[int]]:
+    """instance -> the decode batch sizes of its logged steps before the first policy's
+    rollout (the topology's warm-up): a live speculation policy counts every step with
+    decoding rows (``can_pay``), so its first exploration falls due that much earlier. On
+    one full run's seed 0 the baseline's replayed drafts, from fresh policies, had 1,420
+    tokens of the probes and 10,745 of the others accepted against 1,643 and 12,377 live
+    (one instance granted a fifth of its live drafts early on); counting the warm-up's 8
+    and 7 steps, 1,635 and 12,369."""
+    if not folder.is_dir():
+        return {}
+    logs = read_step_logs(folder)
+    ids = sorted(logs, key=lambda r: (len(r), r))[: -len(POLICIES)]
+    out: dict[int, list[int]] = {}
+    for rid in ids:
+        for instance, steps in logs[rid].items():
+            rows = [int(s["num_decode_rows"]) for s in steps if s["num_decode_rows"] > 0]
+            out.setdefault(instance, []).extend(rows)
+    return out
+
+
 def _load_streams(folder: Path, suffix: str, seed: int) -> Streams:
     """The output tokens saved beside a seed's traces (absent for traces recorded before
     they were saved: those replay on random text)."""
@@ -768,7 +802,16 @@ def run(
                     sim_profile.measure_pass(sweep)
             recorded = read_step_times(steps_dir) if steps_dir.is_dir() else {}
             blocks.append(
-                _Block(seed, suffix, workload, live, _policy_steps(steps_dir), streams, recorded)
+                _Block(
+                    seed,
+                    suffix,
+                    workload,
+                    live,
+                    _policy_steps(steps_dir),
+                    streams,
+                    recorded,
+                    _prelude(steps_dir),
+                )
             )
     if sweep is not None:
         table_data = sweep.table()

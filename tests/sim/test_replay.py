@@ -182,3 +182,24 @@ def test_replayed_trees_start_each_sibling_with_the_prompt_tail_as_live() -> Non
 
     assert drafted([tail, tail]) == ahead[:4]
     assert drafted([]) == ()
+
+
+def test_fresh_replayed_policies_count_the_live_warm_up_steps_first() -> None:
+    """A live generator's policy counts every engine step with decoding rows, the
+    topology's warm-up rollout's too, and explores when ``explore_every`` steps passed
+    without a draft: the replay's fresh policies count the same steps (``spec_prelude``)
+    before the first rollout, and not again when they carry on from an earlier one."""
+    reqs = _with_tokens(workload(), _looping)
+    prelude = ((2,) * 7, (1, 2) * 4)
+    cfg = config(spec="group", spec_prelude=prelude)
+    run = _Run(reqs, "baseline", cfg, COST, None)
+    assert [p._steps for p in run.spec] == [7, 8]
+    assert [p._steps for p in _Run(reqs, "baseline", config(spec="group"), COST, None).spec] == [
+        0,
+        0,
+    ]
+    learnt = simulate(reqs, "baseline", cfg, COST).extra["spec_policies"]
+    carried = _Run(reqs, "divided", cfg, COST, None, spec_state=learnt)
+    assert [p._steps for p in carried.spec] == [p._steps for p in learnt]
+    with pytest.raises(ValueError, match="spec_prelude has 1 step lists for 2 instances"):
+        config(spec="group", spec_prelude=((2,),))

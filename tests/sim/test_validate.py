@@ -52,6 +52,11 @@ def test_tiny_validate_run_writes_the_json_shape(tmp_path: Path) -> None:
     # replay's policies read it); without speculation there is none
     assert not list((tmp_path / "steps" / "seed0").glob("step-times-gen*.json"))
     times = read_step_times(tmp_path / "steps" / "seed0+drafts")
+    # the warm-up rollout's decoding steps, which the live policies counted before the first
+    # configuration (the replay's fresh policies count them too)
+    prelude = validate._prelude(tmp_path / "steps" / "seed0+drafts")
+    warm = [r for b in prelude.values() for r in b]
+    assert warm and min(warm) >= 1
     assert sorted(times) == [0, 1]
     for rows in times.values():
         assert {(b, g) for b, g, _ in rows} == {
