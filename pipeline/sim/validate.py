@@ -34,7 +34,8 @@
    generated them, each draft verified against the request's recorded continuation
    (``pipeline.sim.replay``); a generator's policy lives on through the block's
    configurations in the order the live topology ran them (the first starts fresh, as a
-   new generator process does), and prices drafts by the T(B, g) its live counterpart
+   new generator process does, having counted the warm-up rollout's steps as live:
+   ``_prelude``), and prices drafts by the T(B, g) its live counterpart
    read (the engine's start-up measurement, each generator's own, recorded in the step
    log as ``step-times-gen<i>.json``; the table's when absent), not by the table: the
    live policy's grants follow what it measured, noise included. The bench model is
