@@ -148,28 +148,28 @@ def teacher_forced_error(
         for k, n in enumerate(p.target_lens):
             engine.add(ChunkRequest(f"{p.prompt_id}-{k}", p.token_ids, n, params=params))
     measured, predicted, errors = 0.0, 0.0, []
-    while engine.has_work():
-        with pinned_thread(sim_profile.cores(gen, 0)):  # as generator 0 runs
+    with pinned_thread(sim_profile.cores(gen, 0)):  # as generator 0 runs
+        while engine.has_work():
             start = time.perf_counter()
             result = engine.step()
             took = time.perf_counter() - start
-        for done in result.finished:  # a finished request's KV goes, as live generators
-            engine.release(done.request_id)  # release it (parked, it inflated the context)
-        if not result.num_decode_rows and not result.num_prefill_tokens:
-            continue
-        guess = steplog.price(
-            cost,
-            result.num_decode_rows,
-            result.num_decode_context_tokens,
-            result.num_decode_max_context,
-            result.num_draft_tokens,
-            result.num_prefill_tokens,
-            result.num_prefill_requests,
-            result.num_draft_max,
-        )
-        measured += took
-        predicted += guess
-        errors.append(abs(guess - took) / took)
+            for done in result.finished:  # a finished request's KV goes, as live generators
+                engine.release(done.request_id)  # release it (parked, it inflated the context)
+            if not result.num_decode_rows and not result.num_prefill_tokens:
+                continue
+            guess = steplog.price(
+                cost,
+                result.num_decode_rows,
+                result.num_decode_context_tokens,
+                result.num_decode_max_context,
+                result.num_draft_tokens,
+                result.num_prefill_tokens,
+                result.num_prefill_requests,
+                result.num_draft_max,
+            )
+            measured += took
+            predicted += guess
+            errors.append(abs(guess - took) / took)
     return {
         "step_time_err": abs(predicted - measured) / measured,
         "per_step_median_err": statistics.median(errors),
@@ -296,6 +296,14 @@ def instance_speeds(
     return tuple(1.0 / r if r > 0 else 1.0 for r in ratios[:num_instances])
 
 
+def _every_instance(by_instance: dict[int, list[Any]], num_instances: int) -> tuple[Any, ...]:
+    """``by_instance``'s lists as tuples in instance order; empty unless every instance has
+    one."""
+    if sorted(by_instance) != list(range(num_instances)):
+        return ()
+    return tuple(tuple(by_instance[i]) for i in range(num_instances))
+
+
 @dataclasses.dataclass
 class _Block:
     """One seed's live runs of every policy with one speculation setting."""
@@ -315,16 +323,12 @@ class _Block:
     def spec_step_times(self, num_instances: int) -> tuple[tuple[tuple[int, int, float], ...], ...]:
         """What each live generator's policy priced drafts by, for the replay's policies;
         empty when not every generator recorded it (the table's T(B, g) then)."""
-        if sorted(self.step_times) != list(range(num_instances)):
-            return ()
-        return tuple(tuple(self.step_times[i]) for i in range(num_instances))
+        return _every_instance(self.step_times, num_instances)
 
     def spec_prelude(self, num_instances: int) -> tuple[tuple[int, ...], ...]:
         """The steps each live generator's policy counted before the block's first rollout
         (the warm-up's), for the replay's fresh policies; empty when not logged."""
-        if sorted(self.prelude) != list(range(num_instances)):
-            return ()
-        return tuple(tuple(self.prelude[i]) for i in range(num_instances))
+        return _every_instance(self.prelude, num_instances)
 
     def recorded_acceptance(self, policy: str) -> AcceptanceTable:
         """What chains of drafts find in this run's recorded output, by siblings ahead."""
@@ -652,36 +656,37 @@ def _summarize(rows: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, A
     return policies
 
 
-def _policy_steps(folder: Path) -> dict[str, list[list[dict[str, float]]]]:
-    """policy -> each generator's logged steps in that policy's rollout (the topology ran
-    a warm-up rollout, then ``POLICIES`` in order); empty when the log is absent."""
+def _step_logs(
+    folder: Path,
+) -> tuple[dict[str, list[list[dict[str, float]]]], dict[int, list[int]]]:
+    """One read of a block's step logs (empty when absent): policy -> each generator's
+    logged steps in that policy's rollout (the topology ran a warm-up rollout, then
+    ``POLICIES`` in order), and the warm-up's steps as ``_prelude`` takes them."""
     if not folder.is_dir():
-        return {}
+        return {}, {}
     logs = read_step_logs(folder)
-    ids = sorted(logs, key=lambda r: (len(r), r))[-len(POLICIES) :]
+    ids = sorted(logs, key=lambda r: (len(r), r))
     if len(ids) < len(POLICIES):
-        return {}
-    return {  # each policy's runs in instance order
+        return {}, {}
+    runs = ids[-len(POLICIES) :]
+    steps = {  # each policy's runs in instance order
         p: [per for _, per in sorted(logs[rid].items())]
-        for p, rid in zip(POLICIES, ids, strict=True)
+        for p, rid in zip(POLICIES, runs, strict=True)
     }
+    return steps, _prelude([logs[rid] for rid in ids[: -len(POLICIES)]])
 
 
-def _prelude(folder: Path) -> dict[int, list[int]]:
-    """instance -> the decode batch sizes of its logged steps before the first policy's
-    rollout (the topology's warm-up): a live speculation policy counts every step with
+def _prelude(warm_up: list[dict[int, list[dict[str, float]]]]) -> dict[int, list[int]]:
+    """instance -> the decode batch sizes of its logged steps in the rollouts before the
+    first policy's (the topology's warm-up): a live speculation policy counts every step with
     decoding rows (``can_pay``), so its first exploration falls due that much earlier. On
     one full run's seed 0 the baseline's replayed drafts, from fresh policies, had 1,420
     tokens of the probes and 10,745 of the others accepted against 1,643 and 12,377 live
     (one instance granted a fifth of its live drafts early on); counting the warm-up's 8
     and 7 steps, 1,635 and 12,369."""
-    if not folder.is_dir():
-        return {}
-    logs = read_step_logs(folder)
-    ids = sorted(logs, key=lambda r: (len(r), r))[: -len(POLICIES)]
     out: dict[int, list[int]] = {}
-    for rid in ids:
-        for instance, steps in logs[rid].items():
+    for rollout in warm_up:
+        for instance, steps in rollout.items():
             rows = [int(s["num_decode_rows"]) for s in steps if s["num_decode_rows"] > 0]
             out.setdefault(instance, []).extend(rows)
     return out
@@ -802,18 +807,8 @@ def run(
                     console.print(f"profile pass {sweep.passes + 1}")
                     sim_profile.measure_pass(sweep)
             recorded = read_step_times(steps_dir) if steps_dir.is_dir() else {}
-            blocks.append(
-                _Block(
-                    seed,
-                    suffix,
-                    workload,
-                    live,
-                    _policy_steps(steps_dir),
-                    streams,
-                    recorded,
-                    _prelude(steps_dir),
-                )
-            )
+            steps, warm_up = _step_logs(steps_dir)
+            blocks.append(_Block(seed, suffix, workload, live, steps, streams, recorded, warm_up))
     if sweep is not None:
         table_data = sweep.table()
         table = str(folder / "profile-interleaved.json")

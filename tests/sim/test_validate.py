@@ -54,7 +54,7 @@ def test_tiny_validate_run_writes_the_json_shape(tmp_path: Path) -> None:
     times = read_step_times(tmp_path / "steps" / "seed0+drafts")
     # the warm-up rollout's decoding steps, which the live policies counted before the first
     # configuration (the replay's fresh policies count them too)
-    prelude = validate._prelude(tmp_path / "steps" / "seed0+drafts")
+    _, prelude = validate._step_logs(tmp_path / "steps" / "seed0+drafts")
     warm = [r for b in prelude.values() for r in b]
     assert warm and min(warm) >= 1
     assert sorted(times) == [0, 1]
