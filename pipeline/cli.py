@@ -19,6 +19,7 @@ BENCHES = {
     "faults": "pipeline.bench.faults",
     "dispatch": "pipeline.bench.dispatch",
     "layouts": "pipeline.bench.layouts",
+    "eviction": "pipeline.bench.eviction",
 }
 
 
@@ -188,6 +189,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     elif args.name == "faults":
         faults = tuple(args.faults.split(",")) if args.faults else None
         module.run(args.json, quick=args.quick, faults=faults)
+    elif args.name == "eviction":
+        module.run(args.json, quick=args.quick, repeats=args.repeats, chunk_size=args.chunk_size)
     elif args.name == "drafts":
         module.run(args.json, quick=args.quick, repeats=args.repeats, model=args.model)
     else:
@@ -350,9 +353,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", help="write the result as JSON here")
     bench.add_argument("--quick", action="store_true", help="smaller sizes (smoke test)")
     bench.add_argument("--trace", help="rollout: replay this recorded trace's workload")
-    bench.add_argument("--chunk-size", type=int, default=128, help="rollout: tokens per chunk")
     bench.add_argument(
-        "--repeats", type=int, help="rollout, drafts, scheduler, serve: runs per variant (median)"
+        "--chunk-size", type=int, default=128, help="rollout, eviction: tokens per chunk"
+    )
+    bench.add_argument(
+        "--repeats",
+        type=int,
+        help="rollout, drafts, scheduler, serve: runs per variant (median); eviction: seeds",
     )
     bench.add_argument("--model", help="drafts: a saved model to roll out (default: warm start)")
     bench.add_argument(

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from actors.drafts.options import SpecConfig
 from actors.generator.backends import BACKENDS
+from actors.generator.builtin.config import PARKED_EVICTIONS
 from actors.generator.sglang.options import SGLangOptions
 from actors.model.options import ModelOptions
 from actors.options import check, check_choice, check_positive
@@ -19,7 +20,9 @@ class GeneratorOptions:
     `sglang`: the SGLang servers of backend "sglang" (a TOML sub-table; `max_batch` is then
     the scheduler's cap of chunks in flight per server). `pin_cores` (built-in engine):
     generator i runs on `num_threads` cores of its own (`actors.generator.cpus`), as a GPU
-    host gives each instance its own device; the benches and `seer sim validate` pin."""
+    host gives each instance its own device; the benches and `seer sim validate` pin.
+    `parked_eviction` (built-in engine): which parked KV goes first when room is needed
+    ("queue" or "lru", `EngineConfig`; `seer bench eviction` compares them)."""
 
     backend: str = "builtin"
     model: ModelOptions = field(default_factory=ModelOptions)
@@ -30,6 +33,7 @@ class GeneratorOptions:
     eos_token_id: int | None = None
     profile: bool = False
     pin_cores: bool = False
+    parked_eviction: str = "queue"
     spec: SpecConfig = field(default_factory=SpecConfig)
     sglang: SGLangOptions = field(default_factory=SGLangOptions)
 
@@ -42,6 +46,13 @@ class GeneratorOptions:
             "GeneratorOptions.eos_token_id",
             f"a token id below vocab_size {self.model.vocab_size}",
             eos,
+        )
+        check_choice(self, "parked_eviction", PARKED_EVICTIONS)
+        check(
+            self.parked_eviction == "queue" or self.backend == "builtin",
+            "GeneratorOptions.parked_eviction",
+            '"queue" unless backend is builtin (SGLang servers keep their own cache)',
+            self.parked_eviction,
         )
         check(
             not self.pin_cores or self.backend == "builtin",

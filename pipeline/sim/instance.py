@@ -28,12 +28,15 @@ reporting results; measured from live step logs, see ``pipeline.sim.steplog``).
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from actors.generator.builtin.config import PARKED_EVICTIONS
 from pipeline.sim.costmodel import CostModel
 
 __all__ = ["Chunk", "SimInstance"]
@@ -80,11 +83,18 @@ class SimInstance:
         max_prefill_tokens: int = 1 << 30,
         step_overhead_s: float = 0.0,
         report_s: float = 0.0,
+        pace: Sequence[tuple[float, float]] = (),
+        parked_eviction: str = "queue",
     ) -> None:
         if min(max_batch, kv_capacity, max_steps, max_prefill_tokens) < 1:
             raise ValueError(
                 "max_batch, kv_capacity, max_steps and max_prefill_tokens must be >= 1"
             )
+        if parked_eviction not in PARKED_EVICTIONS:
+            raise ValueError(
+                f"parked_eviction must be one of {PARKED_EVICTIONS}, got {parked_eviction!r}"
+            )
+        self.parked_eviction = parked_eviction
         if kv_pool not in ("local", "global"):
             raise ValueError(f"kv_pool must be 'local' or 'global', got {kv_pool!r}")
         self.index = index
@@ -98,6 +108,15 @@ class SimInstance:
         # worker thread and back, admitting queued chunks) and per chunk it reports
         self.step_overhead_s = step_overhead_s
         self.report_s = report_s
+        # (from s, factor) sorted by time: a stretch planned at ``now`` runs its engine
+        # steps at the factor of the last entry at or before ``now`` times the table's
+        # price (1.0 before the first): a machine whose speed varies over the rollout
+        if any(not f > 0 for _, f in pace) or any(
+            a[0] >= b[0] for a, b in itertools.pairwise(pace)
+        ):
+            raise ValueError("pace: factors must be > 0 and times strictly increasing")
+        self._pace_at = [t for t, _ in pace]
+        self._pace = [f for _, f in pace]
         self._reports_due = 0.0  # reporting the chunks that just ended delays the next step
         self.waiting: deque[Chunk] = deque()
         self.running: list[Chunk] = []
@@ -213,12 +232,26 @@ class SimInstance:
         return total, segments
 
     def _evict(self, keep: int) -> bool:
-        for rid in self.parked:
-            if rid != keep:
-                del self.parked[rid]
-                self.counts["num_parked_evictions"] += 1
-                return True
-        return False
+        """Evict one parked KV other than ``keep``'s, as the engine does
+        (``ParkedStore.evict``): the least recently parked of the requests not waiting,
+        then the waiting request that runs last ("lru": the least recently parked)."""
+        queue = self.parked_eviction == "queue"
+        waiting = {c.request for c in self.waiting} if queue else set()
+        victim = next((r for r in self.parked if r != keep and r not in waiting), None)
+        if victim is None and queue:
+            victim = next(
+                (
+                    c.request
+                    for c in reversed(self.waiting)
+                    if c.request != keep and c.request in self.parked
+                ),
+                None,
+            )
+        if victim is None:
+            return False
+        del self.parked[victim]
+        self.counts["num_parked_evictions"] += 1
+        return True
 
     def _make_room(self) -> None:
         """Evict parked KV, then preempt the newest admission, until one step fits: each
@@ -241,6 +274,11 @@ class SimInstance:
             self.counts["num_preemptions"] += 1
 
     # --- stretches of decode steps ------------------------------------------------------
+    def pace(self, now: float) -> float:
+        """The factor on the table's price of engine steps planned at ``now``."""
+        i = bisect.bisect_right(self._pace_at, now)
+        return self._pace[i - 1] if i else 1.0
+
     def plan(self, now: float) -> float | None:
         """Admit, make room, and plan the next stretch from ``now``; its end (None: idle)."""
         self.version += 1
@@ -285,8 +323,9 @@ class SimInstance:
         # the stretch's middle: each row grows by its rate a step
         ctx = self.cost.batch_context([c.ctx for c in self.running]) + steps * growth / batch / 2
         self.seg_start = now
-        self.seg_prefill = self.cost.prefill_s(prefill_tokens, prefill_segments)
-        decode = self.cost.decode_s(
+        pace = self.pace(now)
+        self.seg_prefill = pace * self.cost.prefill_s(prefill_tokens, prefill_segments)
+        decode = pace * self.cost.decode_s(
             batch, ctx, self.cost.batch_draft([c.draft for c in self.running])
         )
         decoders = [c for c in self.running if c.sampled]
@@ -295,7 +334,7 @@ class SimInstance:
             # it once prefilled (priced apart, as the step log's teacher-forced check does)
             first_s = 0.0
             if decoders:
-                first_s = self.cost.decode_s(
+                first_s = pace * self.cost.decode_s(
                     len(decoders),
                     self.cost.batch_context([c.ctx for c in decoders]),
                     self.cost.batch_draft([c.draft for c in decoders]),

@@ -45,6 +45,7 @@ import numpy as np
 from actors.drafts.options import SpecConfig
 from actors.drafts.policy import Candidate, SpecPolicy, StepTime, make_draft_policy
 from actors.estimator.core import LengthEstimator
+from actors.generator.builtin.config import PARKED_EVICTIONS
 from actors.generator.builtin.profile import StepProfile
 from actors.generator.engine import StepDelta, StepResult
 from actors.generator.speculator import Speculator
@@ -117,6 +118,14 @@ class SimConfig:
     # per instance, its steps' cost over the table's (a diagnostic replay: `seer sim
     # validate`'s speed-normalized makespan); empty = every instance at the table's price
     instance_speed: tuple[float, ...] = ()
+    # per instance, (from s, factor) entries in time order: its engine steps planned from
+    # that time on cost the factor times the table's price (on top of ``instance_speed``;
+    # 1.0 before the first entry): the machine's speed as it varied through a live rollout
+    # (`seer sim validate`'s paced diagnostic); empty = constant
+    instance_pace: tuple[tuple[tuple[float, float], ...], ...] = ()
+    # which parked KV an instance evicts first (the built-in engine's
+    # ``EngineConfig.parked_eviction``: "queue" or "lru")
+    parked_eviction: str = "queue"
     # per instance, the T(B, g) its speculation policy prices drafts by, as (B, g, seconds)
     # rows: what a live generator's policy read (its engine's start-up measurement,
     # recorded in the step log); empty = the table's T(B, g) at the workload's mean context
@@ -149,10 +158,20 @@ class SimConfig:
                 f"SimConfig.spec_step_times has {len(self.spec_step_times)} tables for "
                 f"{self.num_instances} instances"
             )
+        if self.instance_pace and len(self.instance_pace) != self.num_instances:
+            raise ValueError(
+                f"SimConfig.instance_pace has {len(self.instance_pace)} paces for "
+                f"{self.num_instances} instances"
+            )
         if self.spec_prelude and len(self.spec_prelude) != self.num_instances:
             raise ValueError(
                 f"SimConfig.spec_prelude has {len(self.spec_prelude)} step lists for "
                 f"{self.num_instances} instances"
+            )
+        if self.parked_eviction not in PARKED_EVICTIONS:
+            raise ValueError(
+                f"SimConfig.parked_eviction must be one of {PARKED_EVICTIONS}, "
+                f"got {self.parked_eviction!r}"
             )
         if self.spec not in ("off", "group"):
             raise ValueError(f"SimConfig.spec must be 'off' or 'group', got {self.spec!r}")
@@ -257,6 +276,8 @@ class _Run:
                 max_prefill_tokens=config.max_prefill_tokens or 1 << 30,
                 step_overhead_s=config.step_overhead_s,
                 report_s=config.report_s,
+                pace=config.instance_pace[i] if config.instance_pace else (),
+                parked_eviction=config.parked_eviction,
             )
             for i in range(config.num_instances)
         ]

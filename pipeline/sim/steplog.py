@@ -28,7 +28,7 @@ from typing import Any
 
 from pipeline.sim.costmodel import CostModel
 
-__all__ = ["overheads", "price", "teacher_forced", "time_split"]
+__all__ = ["overheads", "predict", "price", "teacher_forced", "time_split"]
 
 Step = dict[str, float]
 
@@ -86,7 +86,8 @@ def price(
     return guess
 
 
-def _predict(step: Step, cost: CostModel) -> float:
+def predict(step: Step, cost: CostModel) -> float:
+    """A logged step's price by the table (``price`` on its columns)."""
     return price(
         cost,
         int(step["num_decode_rows"]),
@@ -117,7 +118,7 @@ def teacher_forced(runs: Iterable[Sequence[Step]], cost: CostModel) -> dict[str,
             took = s["end_s"] - s["start_s"]
             if took <= 0 or not (s["num_decode_rows"] or s["num_prefill_tokens"]):
                 continue
-            guess = _predict(s, cost)
+            guess = predict(s, cost)
             measured[_kind(s)] += took
             predicted[_kind(s)] += guess
             run_m, run_p = run_m + took, run_p + guess

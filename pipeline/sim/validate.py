@@ -227,6 +227,7 @@ def _sim_config(
         spec="group" if spec else "off",
         max_steps=16,
         max_prefill_tokens=gen.get("max_prefill_tokens", GeneratorOptions().max_prefill_tokens),
+        parked_eviction=gen.get("parked_eviction", GeneratorOptions().parked_eviction),
         seed=seed,
         dispatch_latency_s=lat[0],
         result_latency_s=lat[1],
@@ -294,6 +295,61 @@ def instance_speeds(
     ratios = [steplog.teacher_forced([steps], cost)["predicted_over_measured"] for steps in runs]
     ratios += [0.0] * (num_instances - len(ratios))
     return tuple(1.0 / r if r > 0 else 1.0 for r in ratios[:num_instances])
+
+
+def _works(step: dict[str, float]) -> bool:
+    """A logged step that ran the engine (decode rows or prefill) for a measurable time."""
+    return step["end_s"] > step["start_s"] and bool(
+        step["num_decode_rows"] or step["num_prefill_tokens"]
+    )
+
+
+PACE_WINDOW_S = 0.25  # the paced diagnostic's windows (the pace decorrelates over 1-5 s)
+
+
+def instance_paces(
+    runs: list[list[dict[str, float]]],
+    record: RolloutRecord,
+    cost: CostModel,
+    num_instances: int,
+    window_s: float = PACE_WINDOW_S,
+) -> tuple[tuple[tuple[float, float], ...], ...]:
+    """Each live instance's speed through the rollout, window by window on the trace's
+    clock: its logged engine time over the table's price for its steps that began in each
+    ``window_s`` (a window whose steps the table prices below a fifth of it: the
+    instance's whole-rollout factor, ``instance_speeds``). The clock is aligned by each
+    instance's first chunk: it began with that instance's first working step (the median
+    over instances). Input to the paced diagnostic, which takes the machine's speed as it
+    varied within the run it checks, so it tests everything but the machine's pace."""
+    whole = instance_speeds(runs, cost, num_instances)
+    working = [[s for s in steps if _works(s)] for steps in runs]
+    offsets = []
+    for i, steps in enumerate(working):
+        starts = [c.start_s for c in record.chunks if c.instance == i]
+        if steps and starts:
+            offsets.append(steps[0]["start_s"] - min(starts))
+    if not offsets:
+        return tuple(((0.0, f),) for f in whole)
+    offset = statistics.median(offsets)
+    out = []
+    for i in range(num_instances):
+        took: dict[int, float] = {}
+        priced: dict[int, float] = {}
+        for s in working[i] if i < len(working) else []:
+            w = max(int((s["start_s"] - offset) // window_s), 0)
+            took[w] = took.get(w, 0.0) + s["end_s"] - s["start_s"]
+            priced[w] = priced.get(w, 0.0) + steplog.predict(s, cost)
+        last = max(took, default=0)
+        out.append(
+            tuple(
+                (
+                    w * window_s,
+                    took[w] / priced[w] if priced.get(w, 0.0) >= window_s / 5 else whole[i],
+                )
+                for w in range(last + 1)
+            )
+        )
+    return tuple(out)
 
 
 def _every_instance(by_instance: dict[int, list[Any]], num_instances: int) -> tuple[Any, ...]:
@@ -417,6 +473,12 @@ def _replay_block(block: _Block, args: _ReplayArgs) -> _BlockReplay:
             # diagnostic: each instance at the speed its own live steps ran
             speeds = instance_speeds(block.steps[policy], cost, cfg.num_instances)
             nm = _at_speeds(reqs, policy, cfg, cost, acc, speeds, start)
+            # diagnostic: each instance at its live speed window by window
+            paces = instance_paces(block.steps[policy], record, cost, cfg.num_instances)
+            paced = dataclasses.replace(cfg, instance_pace=paces)
+            pm = compute_metrics(
+                simulate(reqs, policy, paced, cost, acceptance=acc, spec_state=start).record
+            )
             for key, value in (
                 ("live_num_steps", len(logged)),
                 ("sim_num_steps", sum(sim.extra["num_steps"])),
@@ -425,6 +487,10 @@ def _replay_block(block: _Block, args: _ReplayArgs) -> _BlockReplay:
                 ("norm_makespan_s", nm["makespan_s"]),
                 ("norm_makespan_err", _rel(nm["makespan_s"], lm["makespan_s"])),
                 ("norm_tail_err", _rel(nm["tail_s"], lm["tail_s"])),
+                ("paced_makespan_s", pm["makespan_s"]),
+                ("paced_tail_s", pm["tail_s"]),
+                ("paced_makespan_err", _rel(pm["makespan_s"], lm["makespan_s"])),
+                ("paced_tail_err", _rel(pm["tail_s"], lm["tail_s"])),
             ):
                 row.setdefault(key, []).append(float(value))
         makespan, tail = sm["makespan_s"], sm["tail_s"]
@@ -909,6 +975,9 @@ def run(
         # diagnostic (not the validation): each instance at its own live speed
         "median_norm_makespan_err": _median_of(policies, "norm_makespan_err"),
         "median_norm_tail_err": _median_of(policies, "norm_tail_err"),
+        # diagnostic: each instance at its live speed window by window (instance_paces)
+        "median_paced_makespan_err": _median_of(policies, "paced_makespan_err"),
+        "median_paced_tail_err": _median_of(policies, "paced_tail_err"),
         **_norm_ranking(policies, live_rank),
         "seeds": seeds,
         "temperature": None if traces else temperature,  # the live samples'
@@ -1063,5 +1132,11 @@ def _table(summary: dict[str, Any]) -> Table:
             f"{summary['median_norm_tail_err']:.1%}, ranking match "
             f"{summary.get('norm_ranking_match')} ({summary.get('norm_resolved_pairs_agree')} "
             f"of {summary['num_resolved_pairs']} resolved pairs agree)"
+        )
+    if summary.get("median_paced_makespan_err") is not None:
+        t.caption += (
+            f"; at its live speed window by window ({PACE_WINDOW_S:g} s): makespan "
+            f"{summary['median_paced_makespan_err']:.1%}, tail "
+            f"{summary['median_paced_tail_err']:.1%}"
         )
     return t

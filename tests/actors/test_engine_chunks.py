@@ -70,6 +70,24 @@ def test_parked_requests_are_evicted_least_recently_used() -> None:
     assert engine.load().kv_tokens_used == 23
 
 
+def test_a_queued_requests_parked_kv_goes_last_and_the_last_queued_first() -> None:
+    """Four chunks end in one step and their next chunks queue behind a new request that
+    needs room. Evicting least-recently-used would cascade: the new request evicts a's KV,
+    a then re-prefills and evicts b's, and so on through all four. The engine evicts the
+    queued request that runs last (d): a, b and c resume their KV."""
+    whole = drive(make_engine(), [greedy_request("a", PROMPT, 6)]).tokens("a")
+    engine = make_engine(kv_budget_tokens=55)
+    first = {rid: drive(engine, [greedy_request(rid, PROMPT, 4)]).tokens(rid) for rid in "abcd"}
+    assert engine.load().kv_tokens_used == 4 * 9  # each parked 6 + 4 - 1 tokens
+    again = [greedy_request(rid, PROMPT, 2, first[rid]) for rid in "abcd"]
+    run = drive(engine, [greedy_request("x", [1] * 20, 1), *again])  # x needs 20: one goes
+    counters = engine.counters()
+    assert counters.num_parked_hits == 3 and counters.num_reprefills == 1
+    assert counters.num_reprefilled_tokens == len(PROMPT) + 4  # d's prompt and first chunk
+    assert counters.num_preemptions == 0
+    assert all(first[r] + run.tokens(r) == whole for r in "abcd")  # the same prompt
+
+
 def test_stop_token_and_ignore_eos() -> None:
     free = drive(make_engine(), [greedy_request("r", PROMPT, 12)]).tokens("r")
     eos = free[5]

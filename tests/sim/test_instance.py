@@ -93,6 +93,28 @@ def test_parked_kv_is_evicted_least_recently_used_before_admission_waits() -> No
     assert list(inst.parked) == [8] and inst.counts["num_parked_evictions"] == 1
 
 
+def test_a_queued_requests_parked_kv_goes_last_and_the_last_queued_first() -> None:
+    """The engine's rule (tests/actors/test_engine_chunks.py, the same case): four chunks'
+    KV parked, their next chunks queued behind a new request that needs room; the queued
+    request that runs last gives its KV, the other three resume theirs."""
+    inst = SimInstance(0, COST, max_batch=8, kv_capacity=55)
+    inst.parked.update({r: 9.0 for r in range(4)})
+    inst.parked[9] = 5.0  # not queued: goes first, though parked last
+    inst.enqueue(chunk(4, 20, 1))
+    for r in range(4):
+        inst.enqueue(chunk(r, 10, 2, new=False, seq=2))
+    drain(inst)
+    assert inst.counts["num_parked_evictions"] == 2
+    assert inst.counts["num_reprefilled_tokens"] == 10  # request 3's whole context
+    assert inst.counts["num_preemptions"] == 0
+    inst = SimInstance(0, COST, max_batch=8, kv_capacity=40)
+    inst.parked.update({r: 9.0 for r in range(4)})
+    inst.enqueue(chunk(4, 10, 1))
+    inst.enqueue(chunk(0, 10, 2, new=False, seq=2))
+    inst.plan(0.0)  # needs 10 of the 36 parked: not the LRU (0, queued) but 1
+    assert list(inst.parked) == [2, 3] and len(inst.running) == 2
+
+
 def test_cut_ends_the_stretch_after_the_step_in_flight() -> None:
     inst = SimInstance(0, COST, max_batch=4, kv_capacity=10_000, max_steps=100)
     inst.enqueue(chunk(0, 10, 1000))
@@ -165,3 +187,26 @@ def test_a_max_table_prices_a_stretch_by_its_largest_draft() -> None:
     assert step_s("max", [4, 0, 0, 0]) == pytest.approx(step_s("max", [4, 4, 4, 4]))
     assert step_s("mean", [4, 0, 0, 0]) == pytest.approx(step_s("mean", [1, 1, 1, 1]))
     assert step_s("max", [4, 0, 0, 0]) > step_s("mean", [4, 0, 0, 0])
+
+
+def test_a_pace_prices_each_stretch_at_the_factor_of_its_start() -> None:
+    steady = SimInstance(0, COST, max_batch=4, kv_capacity=10_000, max_steps=8)
+    paced = SimInstance(
+        0, COST, max_batch=4, kv_capacity=10_000, max_steps=8, pace=((0.0, 1.0), (1.0, 3.0))
+    )
+    for inst in (steady, paced):
+        inst.enqueue(chunk(0, 100, 40))
+        inst.plan(0.0)
+        inst.finish()  # the prefill step
+    assert paced.pace(0.5) == 1.0 and paced.pace(1.0) == paced.pace(9.0) == 3.0
+    assert SimInstance(0, COST, max_batch=1, kv_capacity=1).pace(5.0) == 1.0  # no pace
+    before = steady.plan(0.5), paced.plan(0.5)
+    assert before[0] == pytest.approx(before[1])  # the factor at 0.5: 1.0
+    steady.finish()
+    paced.finish()
+    took = steady.plan(2.0) - 2.0, paced.plan(2.0) - 2.0  # type: ignore[operator]
+    assert took[1] == pytest.approx(3 * took[0])  # from 1 s on, every step costs 3x
+    with pytest.raises(ValueError, match="pace"):
+        SimInstance(0, COST, max_batch=1, kv_capacity=1, pace=((0.0, 1.0), (0.0, 2.0)))
+    with pytest.raises(ValueError, match="pace"):
+        SimInstance(0, COST, max_batch=1, kv_capacity=1, pace=((0.0, 0.0),))

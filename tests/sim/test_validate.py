@@ -82,6 +82,8 @@ def test_tiny_validate_run_writes_the_json_shape(tmp_path: Path) -> None:
     # the diagnostic replay, each instance at the speed its own logged steps ran
     assert all(p["norm_makespan_s"] > 0 for p in data["policies"].values())
     assert data["median_norm_makespan_err"] >= 0 and "norm_ranking_match" in data
+    assert all(p["paced_makespan_s"] > 0 for p in data["policies"].values())
+    assert data["median_paced_makespan_err"] >= 0 and data["median_paced_tail_err"] >= 0
     assert 0 < live_steps["cpu_over_wall"] <= 1.05
     assert len(live_steps["per_run_predicted_over_measured"]) == 2 * 8  # generators x configs
 
@@ -234,3 +236,33 @@ def test_validate_refuses_a_negative_temperature_before_any_work(tmp_path: Path)
     with pytest.raises(ValueError, match="temperature must be >= 0"):
         validate.run(str(tmp_path / "v.json"), size="tiny", temperature=-1.0)
     assert not list(tmp_path.iterdir())
+
+
+def test_instance_paces_are_window_by_window_on_the_traces_clock() -> None:
+    from transport.messages import ChunkRecord, RolloutRecord
+
+    def chunk_at(instance: int, start: float) -> ChunkRecord:
+        return ChunkRecord(
+            request_id=f"r{instance}", group_id="g", instance=instance, chunk_seq=0,
+            dispatched_s=start, start_s=start, end_s=start + 1, num_new_tokens=1,
+            prompt_len=4, generated_before=0, num_reprefilled_tokens=0, finish_reason="length",
+        )  # fmt: skip
+
+    record = RolloutRecord(
+        policy="baseline",
+        num_instances=2,
+        chunks=(chunk_at(0, 0.01), chunk_at(1, 0.02)),
+        requests=(),
+        instances=(),
+        makespan_s=1.0,
+    )
+    t0 = 1000.0  # the step log's wall clock: the rollout's clock started at 1000
+    gen0 = [step(t0 + 0.01 + 0.01 * i, 0.004, rows=4, ctx=32) for i in range(20)]  # 1x
+    gen0 += [step(t0 + 0.5 + 0.01 * i, 0.008, rows=4, ctx=32) for i in range(20)]  # 2x
+    gen1 = [step(t0 + 0.02 + 0.01 * i, 0.006, rows=4, ctx=32) for i in range(75)]  # 1.5x
+    gen1.append(step(t0 + 0.9, 0.012, rows=4, ctx=32))  # one 3x step: too little alone
+    paces = validate.instance_paces([gen0, gen1], record, COST, 2, window_s=0.25)
+    assert [t for t, _ in paces[0]] == [0.0, 0.25, 0.5]
+    assert [f for _, f in paces[0]] == pytest.approx([1.0, 1.5, 2.0])  # the gap: whole
+    # windows the table prices under a fifth of their span take the whole-rollout factor
+    assert [f for _, f in paces[1]] == pytest.approx([1.5, 1.5, 1.5, 0.462 / 0.304])

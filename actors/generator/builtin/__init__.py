@@ -24,6 +24,7 @@ def build_torch_engine(options: GeneratorOptions) -> TorchEngine:
         num_threads=options.num_threads,
         eos_token_id=options.eos_token_id,
         profile=options.profile,
+        parked_eviction=options.parked_eviction,
     )
     return TorchEngine(build_model(options.model), config)
 

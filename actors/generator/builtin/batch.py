@@ -10,6 +10,7 @@ the order they were admitted (chunked prefill serves the first-admitted first).
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from actors.generator.builtin.kv_cache import KVCache, ParkedKV
@@ -122,9 +123,17 @@ class ParkedStore:
             self.num_tokens -= entry.kv.num_tokens
         return entry
 
-    def evict_lru(self, keep: str | None = None) -> bool:
-        """Drop the least recently used entry other than ``keep``; False if none."""
-        victim = next((rid for rid in self._entries if rid != keep), None)
+    def evict(self, keep: str | None = None, queue: Sequence[str] = ()) -> bool:
+        """Drop one entry other than ``keep``'s; False if none. First the least recently
+        used of the requests not in ``queue`` (the waiting requests, in order); then the
+        queued request that runs last, whose KV is needed furthest ahead. Least recently
+        used alone cascades when several chunks end in one step and their next chunks
+        queue behind a request that needs room: that request evicts the first one's KV,
+        the first then prefills again and evicts the second's, and so on through all."""
+        queued = set(queue)
+        victim = next((r for r in self._entries if r != keep and r not in queued), None)
+        if victim is None:
+            victim = next((r for r in reversed(queue) if r != keep and r in self._entries), None)
         if victim is None:
             return False
         self.pop(victim)

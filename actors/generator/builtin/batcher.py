@@ -2,8 +2,9 @@
 
 Owns the waiting queue (FIFO; preempted requests go back to its front), the running batch
 and the parked store. ``admit`` moves waiting requests into free slots while their KV and
-the coming step's growth of the decoding rows fit (evicting parked KV least-recently-used,
-never the request's own), reusing a parked request's KV for the longest common prefix of
+the coming step's growth of the decoding rows fit (evicting parked KV, never the request's
+own: least-recently-used among requests not queued, then the queued request that runs
+last, ``ParkedStore.evict``), reusing a parked request's KV for the longest common prefix of
 its tokens. ``make_room`` makes the coming decode step fit the budget: evict parked KV,
 then trim drafts, then preempt the most recently admitted request as vLLM and SGLang do
 (its KV is dropped; it is recomputed when re-admitted). Booked KV = running reservations +
@@ -60,13 +61,21 @@ class Batcher:
             # make_room would preempt it again at once, dropping the KV it resumed with)
             grow = self.batch.num_decode + is_decode if self.batch.rows else 0
             extra = reserve - (entry.kv.num_tokens if entry is not None else 0) + grow
-            evict = self.parked.evict_lru
-            while self.kv_tokens_used() + extra > budget and evict(state.request_id):
+            queue = self._queue()
+            evict = self.parked.evict
+            while self.kv_tokens_used() + extra > budget and evict(state.request_id, queue):
                 self.counts["num_parked_evictions"] += 1
             if self.kv_tokens_used() + extra > budget:
                 return  # head of line waits for KV
             self.waiting.popleft()
             self._place(state, entry, reuse, is_decode, reserve)
+
+    def _queue(self) -> list[str]:
+        """The waiting requests in order, as ``ParkedStore.evict`` weighs them ("lru":
+        none, so the least recently used goes)."""
+        if self.config.parked_eviction == "lru":
+            return []
+        return [s.request_id for s in self.waiting]
 
     def _place(
         self,
@@ -101,7 +110,7 @@ class Batcher:
             if over <= 0:
                 self.note_peak(need)
                 return trees
-            if self.parked.evict_lru():
+            if self.parked.evict(None, self._queue()):
                 self.counts["num_parked_evictions"] += 1
             elif trees:
                 trees = trim_drafts(trees, over)

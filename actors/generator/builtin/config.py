@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+PARKED_EVICTIONS = ("queue", "lru")
+
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
@@ -12,7 +14,11 @@ class EngineConfig:
     model's context); ``max_prefill_tokens`` prefill tokens per step (chunked prefill);
     ``max_draft_tokens`` draft nodes per request per step; ``num_threads`` torch threads of
     this process (None = leave as is); ``profile`` measures step times at start-up (else on
-    the first ``step_time`` call).
+    the first ``step_time`` call); ``parked_eviction``: which parked KV goes first when
+    room is needed, "queue" (requests whose next chunk is not queued, least recently used;
+    then the queued request that runs last) or "lru" (least recently used alone, which
+    cascades when several chunks that ended together queue again behind a request that
+    needs room: ``ParkedStore.evict``).
 
     Memory: K/V slot buffers of ``(max_batch + 1) * max_seq_len`` tokens are preallocated
     (``ModelConfig.kv_bytes_per_token`` each); parked KV is copied out compactly. The token
@@ -30,6 +36,7 @@ class EngineConfig:
     profile_draft_lens: tuple[int, ...] = (0, 1, 2, 4, 8)
     profile_context: int = 128
     profile_repeats: int = 5
+    parked_eviction: str = "queue"
 
     def __post_init__(self) -> None:
         for name in (
@@ -41,6 +48,11 @@ class EngineConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"EngineConfig.{name} must be > 0, got {getattr(self, name)}")
+        if self.parked_eviction not in PARKED_EVICTIONS:
+            raise ValueError(
+                f"EngineConfig.parked_eviction must be one of {PARKED_EVICTIONS}, "
+                f"got {self.parked_eviction!r}"
+            )
         if self.max_draft_tokens < 0:
             raise ValueError(
                 f"EngineConfig.max_draft_tokens must be >= 0, got {self.max_draft_tokens}"

@@ -149,9 +149,7 @@ class SGLangClient:
             raise ServerError(f"{path}: the server answered with non-JSON {text!r}") from None
 
     async def generate(self, body: dict[str, Any]) -> Any:
-        return await self.call(
-            "POST", self._generate_url, body, headers=self._generate_headers
-        )
+        return await self.call("POST", self._generate_url, body, headers=self._generate_headers)
 
     async def abort(self, rid: str) -> None:
         await self.call("POST", "/abort_request", {"rid": rid})
