@@ -58,13 +58,18 @@ relative to the median), the noise floor (``noise_floor_*``: the error a perfect
 would show were the live runs as noisy as its draws), preemptions both ways;
 ``ranking_match``: the eight configurations in the same order by median makespan live and
 simulated; ``resolved_ranking_match``: the same on the pairs whose live makespans over
-seeds do not overlap (the pairs the live side can order at all).
+seeds do not overlap (the pairs the live side can order at all). ``config_pool``: the same
+figures with each configuration's speeds drawn from the other seeds' runs of that
+configuration alone (``cost_factors(..., by="config")``), since the configurations ran
+at different speeds against the table.
 5. Diagnostic, speed-normalized replay: the same replay with each simulated instance priced
    at the speed its live generator ran in that rollout (``instance_speeds``: its logged
    engine time over the table's price for its own steps). It takes the machine's speed from
    the run it checks, so it is no validation of the table; it checks the rest of the model
    (scheduling, KV, batching, overheads, latencies): ``norm_*`` keys per configuration,
    ``median_norm_makespan_err``, ``norm_ranking_match``.
+   Paced (``paced_*``): each instance at its live speed window by window through the
+   rollout (``instance_paces``), not one speed for the whole rollout.
 """
 
 from __future__ import annotations
@@ -495,12 +500,14 @@ def _replay_block(block: _Block, args: _ReplayArgs) -> _BlockReplay:
                 row.setdefault(key, []).append(float(value))
         makespan, tail = sm["makespan_s"], sm["tail_s"]
         draw_key = (block.seed, POLICIES.index(policy), int(bool(block.suffix)))
-        pool = (pools or {}).get(pool_key(block))
+        pool = (pools or {}).get(pool_key(block, policy)) or (pools or {}).get(pool_key(block))
         if pool:
             spans, tails = _drawn(reqs, policy, cfg, cost, acc, pool, draw_key, start)
             makespan, tail = statistics.median(spans), statistics.median(tails)
             draws.setdefault(name, []).append((spans, tails))
-        spread = (spread_pools or {}).get(pool_key(block))
+        spread = (spread_pools or {}).get(pool_key(block, policy)) or (spread_pools or {}).get(
+            pool_key(block)
+        )
         if spread:  # the same draws (key) from the centred pool
             table = _drawn(reqs, policy, cfg, cost, acc, spread, draw_key, start)
             row.setdefault("table_makespan_s", []).append(statistics.median(table[0]))
@@ -583,13 +590,13 @@ def _replay(
 DRAWS = 9  # speed draws per replay (odd: the median is one of them)
 
 
-def pool_key(block: _Block) -> str:
+def pool_key(block: _Block, policy: str | None = None) -> str:
     """The cost-factor pool a block's replays draw from: its seed and speculation setting
-    (``"2"``, ``"2+drafts"``)."""
-    return f"{block.seed}{block.suffix}"
+    (``"2"``, ``"2+drafts"``), and with ``policy`` the configuration's (``"2+drafts:divided"``)."""
+    return f"{block.seed}{block.suffix}" + (f":{policy}" if policy else "")
 
 
-def cost_factors(blocks: list[_Block], cost: CostModel) -> dict[str, Pool]:
+def cost_factors(blocks: list[_Block], cost: CostModel, by: str = "setting") -> dict[str, Pool]:
     """Per seed and speculation setting (``pool_key``): the cost factors the live generator
     processes ran at, from every *other* seed's runs with the same setting, so that no
     run's own speed prices its replay (leave one seed out): each generator's logged engine
@@ -606,23 +613,30 @@ def cost_factors(blocks: list[_Block], cost: CostModel) -> dict[str, Pool]:
     drafts beside its engine steps, on the same 2 cores, and its steps run slower against
     the table (in one run 1.12-1.22x on steps with and without drafts alike, against
     1.04-1.07x in the same seeds without speculation). A rollout in which a generator
-    logged no step is left out. Empty for a seed with no other seed's step logs."""
-    per_block: dict[tuple[int, str], Pool] = {}
+    logged no step is left out. Empty for a seed with no other seed's step logs.
+    ``by="config"``: per configuration (policy and setting) instead, from the other seeds'
+    runs of the same configuration (``pool_key(block, policy)``): on this host the
+    configurations' steps ran at different speeds against the table (on one quick run's
+    plain decode steps, 0.84x the table's price under the baseline, 1.12x under divided),
+    which pooling them turns into a bias per configuration."""
+    per_block: dict[tuple[int, str, str], Pool] = {}
     for block in blocks:
-        for runs in block.steps.values():
+        for policy, runs in block.steps.items():
             if runs and all(runs):
                 factors = instance_speeds(runs, cost, len(runs))
-                per_block.setdefault((block.seed, block.suffix), []).append(factors)
+                key = (block.seed, block.suffix, policy if by == "config" else "")
+                per_block.setdefault(key, []).append(factors)
     pools: dict[str, Pool] = {}
     for block in blocks:
-        pool = [
-            f
-            for (other, setting), fs in per_block.items()
-            if other != block.seed and setting == block.suffix
-            for f in fs
-        ]
-        if pool:
-            pools[pool_key(block)] = sorted(pool)
+        for policy in block.steps if by == "config" else [""]:
+            pool = [
+                f
+                for (other, setting, of), fs in per_block.items()
+                if other != block.seed and setting == block.suffix and of == policy
+                for f in fs
+            ]
+            if pool:
+                pools[pool_key(block, policy or None)] = sorted(pool)
     return pools
 
 
@@ -916,6 +930,8 @@ def run(
     live_steps = steplog.teacher_forced(all_steps, cost) if all_steps else None
     if live_steps is not None and solo is not None:  # which conditions the live steps match
         live_steps["solo_table"] = steplog.teacher_forced(all_steps, solo)
+    by_config = cost_factors(blocks, cost, by="config")
+    config_pool = _config_pool(blocks, gen, chunk_size, cost, acceptance, by_config, live_rank)
     once: dict[str, Any] | None = None
     if sweep is not None:  # the same replays priced by the table measured once, earlier
         fixed_rows = _replay(
@@ -990,6 +1006,8 @@ def run(
         # "interleaved": passes between the live blocks; "fixed": measured once (cache/--table)
         "table_source": "interleaved" if sweep is not None else "fixed",
         "fixed_table": once,
+        # the speed draws per configuration rather than per speculation setting
+        "config_pool": config_pool,
         "load_average": _load_average(),
     }
     console.print(_table(summary))
@@ -998,6 +1016,39 @@ def run(
     out.write_text(json.dumps(summary, indent=2))
     console.print(f"wrote {out} and {summary['timeline_png']}")
     return summary
+
+
+def _config_pool(
+    blocks: list[_Block],
+    gen: dict[str, Any],
+    chunk_size: int,
+    cost: CostModel,
+    acceptance: Any,
+    pools: dict[str, Pool],
+    live_rank: list[str],
+) -> dict[str, Any] | None:
+    """The replays again, each configuration's speed drawn from the other seeds' runs of
+    that configuration (``cost_factors(..., by="config")``); None without such pools."""
+    if not pools:
+        return None
+    rows = _replay(blocks, gen, chunk_size, cost, acceptance, normalize=False, pools=pools)[0]
+    policies = _summarize(rows)
+    errs = {name: p["makespan_err"] for name, p in policies.items()}
+    worst = max(errs, key=errs.__getitem__)
+    return {
+        "median_makespan_err": statistics.median(errs.values()),
+        "worst_makespan_err": errs[worst],
+        "worst_config": worst,
+        "median_tail_err": statistics.median(p["tail_err"] for p in policies.values()),
+        "median_noise_floor_makespan_err": _median_of(policies, "noise_floor_makespan_err"),
+        "median_noise_floor_tail_err": _median_of(policies, "noise_floor_tail_err"),
+        "ranking_match": live_rank == sorted(policies, key=lambda n: policies[n]["sim_makespan_s"]),
+        **_resolved_ranking(policies),
+        "policies": {
+            name: {k: p[k] for k in ("sim_makespan_s", "sim_tail_s", "makespan_err", "tail_err")}
+            for name, p in policies.items()
+        },
+    }
 
 
 def _norm_ranking(policies: dict[str, dict[str, Any]], live_rank: list[str]) -> dict[str, Any]:
@@ -1107,6 +1158,14 @@ def _table(summary: dict[str, Any]) -> Table:
         f". Seed by seed: makespan error median {summary['median_per_seed_makespan_err']:.1%}"
         f", tail {summary['median_per_seed_tail_err']:.1%}"
     )
+    by_config = summary.get("config_pool")
+    if by_config:
+        t.caption += (
+            f". Speeds drawn per configuration instead (the other seeds' runs of the same "
+            f"configuration): makespan error median {by_config['median_makespan_err']:.1%}, "
+            f"worst {by_config['worst_makespan_err']:.1%} ({by_config['worst_config']}), tail "
+            f"{by_config['median_tail_err']:.1%}, ranking match {by_config['ranking_match']}"
+        )
     fixed = summary.get("fixed_table")
     if fixed:
         t.caption += (

@@ -83,6 +83,7 @@ def test_tiny_validate_run_writes_the_json_shape(tmp_path: Path) -> None:
     assert all(p["norm_makespan_s"] > 0 for p in data["policies"].values())
     assert data["median_norm_makespan_err"] >= 0 and "norm_ranking_match" in data
     assert all(p["paced_makespan_s"] > 0 for p in data["policies"].values())
+    assert data["config_pool"] is None  # one seed: no other seed's runs to draw from
     assert data["median_paced_makespan_err"] >= 0 and data["median_paced_tail_err"] >= 0
     assert 0 < live_steps["cpu_over_wall"] <= 1.05
     assert len(live_steps["per_run_predicted_over_measured"]) == 2 * 8  # generators x configs
@@ -120,6 +121,19 @@ def test_cost_factors_pool_the_other_seeds_rollouts_with_the_same_setting() -> N
         pytest.approx((2.0, 2 / 3)),
     ]
     assert validate.cost_factors(blocks[:1], COST) == {}  # one seed: no other to pool
+
+
+def test_cost_factors_by_configuration_pool_only_that_configurations_runs() -> None:
+    blocks = [_block(s, 0.004 * (s + 1), 0.004) for s in range(3)]
+    for s, block in enumerate(blocks):  # a second configuration, twice as slow
+        block.steps["divided"] = [[step(0.0, 0.008 * (s + 1), rows=4, ctx=32)]] * 2
+    pools = validate.cost_factors(blocks, COST, by="config")
+    assert set(pools) == {f"{s}:{p}" for s in range(3) for p in ("baseline", "divided")}
+    assert pools["0:baseline"] == [pytest.approx((2.0, 1.0)), pytest.approx((3.0, 1.0))]
+    assert pools["0:divided"] == [pytest.approx((4.0, 4.0)), pytest.approx((6.0, 6.0))]
+    assert validate.pool_key(blocks[0], "divided") == "0:divided"
+    # by setting, the two configurations' rollouts pool together
+    assert len(validate.cost_factors(blocks, COST)["0"]) == 4
 
 
 def test_speed_draws_repeat_and_a_slower_pool_takes_longer() -> None:
@@ -216,6 +230,13 @@ def test_tiny_validate_measures_its_table_between_the_live_blocks(
         assert p["table_makespan_s"] > 0 and p["table_makespan_err"] >= 0
         assert 0 <= p["noise_floor_makespan_err"] < 1
     assert data["median_noise_floor_makespan_err"] is not None
+    # drawn per configuration: each from the other seed's run of that configuration
+    by_config = data["config_pool"]
+    assert set(by_config["policies"]) == set(data["policies"])
+    assert 0 <= by_config["median_makespan_err"] <= by_config["worst_makespan_err"]
+    assert by_config["policies"][by_config["worst_config"]]["makespan_err"] == pytest.approx(
+        by_config["worst_makespan_err"]
+    )
 
 
 def test_the_command_line_passes_the_table_choice(monkeypatch: pytest.MonkeyPatch) -> None:
