@@ -57,8 +57,9 @@ own errors, a single live run's noise in each), the live spread (max - min over 
 relative to the median), the noise floor (``noise_floor_*``: the error a perfect simulator
 would show were the live runs as noisy as its draws), preemptions both ways;
 ``ranking_match``: the eight configurations in the same order by median makespan live and
-simulated; ``resolved_ranking_match``: the same on the pairs whose live makespans over
-seeds do not overlap (the pairs the live side can order at all). ``config_pool``: the same
+simulated; ``resolved_ranking_match``: the same on the pairs the live side can order at
+all (paired by seed, a two-sided sign test at p <= 0.05: 8 of 9 seeds; none with fewer
+than 6 seeds; ``_resolved_ranking``). ``config_pool``: the same
 figures with each configuration's speeds drawn from the other seeds' runs of that
 configuration alone (``cost_factors(..., by="config")``), since the configurations ran
 at different speeds against the table.
@@ -79,6 +80,7 @@ import dataclasses
 import functools
 import itertools
 import json
+import math
 import multiprocessing
 import os
 import shutil
@@ -1070,28 +1072,67 @@ def _median_of(policies: dict[str, dict[str, Any]], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
+RANK_ALPHA = 0.05  # a pair is resolved live when its paired sign test over seeds is this sure
+
+
+def sign_test(wins: int, n: int) -> float:
+    """The exact two-sided sign test: the chance that ``n`` fair coin flips split at least
+    as unevenly as ``wins`` : ``n - wins``."""
+    if n == 0:
+        return 1.0
+    k = min(wins, n - wins)
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / (1 << n))
+
+
+def _test_size(n: int) -> float:
+    """How often the sign test over ``n`` seeds resolves a pair that has no order at all."""
+    return sum(math.comb(n, k) for k in range(n + 1) if sign_test(k, n) <= RANK_ALPHA) / (1 << n)
+
+
 def _resolved_ranking(
     policies: dict[str, dict[str, Any]], sim_key: str = "sim_makespan_s"
 ) -> dict[str, Any]:
-    """The ranking on the pairs the live side can tell apart: their live makespans over
-    seeds do not overlap. ``ranking_match`` asks for every pair, including those whose
-    order live is noise."""
+    """The ranking on the pairs the live side can tell apart: paired by seed (every
+    configuration ran each seed's workload), one configuration finished first on so many
+    seeds that an exact two-sided sign test gives p <= ``RANK_ALPHA`` (with 9 seeds: 8 of
+    9; fewer than 6 seeds can resolve no pair). ``resolved_ranking_match``: the simulator
+    orders every resolved pair as live does, by its median makespans; None when no pair is
+    resolved (nothing was checked). ``chance_resolved_pairs``: how many pairs the test
+    would resolve were no configuration faster than another (each agreeing by chance
+    half the time); ``ranking_match`` asks for every pair, including those whose order live
+    is noise."""
     resolved = agree = 0
+    seeds = 0
     for a, b in itertools.combinations(policies, 2):
         la, lb = policies[a]["live_makespans_s"], policies[b]["live_makespans_s"]
-        if min(len(la), len(lb)) < 2:
-            continue  # one seed says nothing about the noise: no pair is resolved
-        if max(la) < min(lb) or max(lb) < min(la):
+        if len(la) != len(lb):
+            raise ValueError(f"{a} and {b} ran {len(la)} and {len(lb)} seeds: not paired")
+        seeds = len(la)
+        wins = sum(x < y for x, y in zip(la, lb, strict=True))
+        n = sum(x != y for x, y in zip(la, lb, strict=True))  # ties say nothing
+        if sign_test(wins, n) <= RANK_ALPHA:
             resolved += 1
-            live_first = policies[a]["live_makespan_s"] < policies[b]["live_makespan_s"]
+            live_first = 2 * wins > n
             sim_first = policies[a][sim_key] < policies[b][sim_key]
             agree += live_first == sim_first
+    pairs = len(policies) * (len(policies) - 1) // 2
     return {
-        "num_pairs": len(policies) * (len(policies) - 1) // 2,
+        "num_pairs": pairs,
         "num_resolved_pairs": resolved,
         "resolved_pairs_agree": agree,
-        "resolved_ranking_match": agree == resolved,
+        "resolved_ranking_match": agree == resolved if resolved else None,
+        "chance_resolved_pairs": pairs * _test_size(seeds) if seeds else 0.0,
     }
+
+
+def _resolved_caption(summary: dict[str, Any]) -> str:
+    resolved = summary["num_resolved_pairs"]
+    if not resolved:
+        return "no pair resolved live by a sign test over seeds"
+    return (
+        f"{summary['resolved_pairs_agree']} of {resolved} pairs resolved live by a sign test "
+        f"over seeds agree; {summary['chance_resolved_pairs']:.1f} would resolve by chance"
+    )
 
 
 def _table(summary: dict[str, Any]) -> Table:
@@ -1135,8 +1176,8 @@ def _table(summary: dict[str, Any]) -> Table:
     t.caption = (
         f"makespan error median {summary['median_makespan_err']:.1%}, worst "
         f"{summary['worst_makespan_err']:.1%}; tail error median {summary['median_tail_err']:.1%}; "
-        f"ranking match: {summary['ranking_match']}; teacher-forced step time error "
-        f"{summary['step_time_err']:.1%}"
+        f"ranking match: {summary['ranking_match']} ({_resolved_caption(summary)}); "
+        f"teacher-forced step time error {summary['step_time_err']:.1%}"
     )
     if summary.get("median_noise_floor_makespan_err") is not None:
         t.caption += (

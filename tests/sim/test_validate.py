@@ -167,20 +167,43 @@ def test_noise_floor_is_how_far_a_median_of_single_draws_lands() -> None:
     assert validate.noise_floor([[1.0, 1.5, 2.0]]) == pytest.approx(1 / 3)  # 2 in 3 miss
 
 
-def test_resolved_ranking_counts_only_pairs_whose_live_seeds_do_not_overlap() -> None:
-    def p(live: list[float], sim: float) -> dict[str, object]:
-        return {"live_makespans_s": live, "live_makespan_s": sorted(live)[1], "sim_makespan_s": sim}
+def test_sign_test_is_exact_and_two_sided() -> None:
+    assert validate.sign_test(0, 0) == 1.0
+    assert validate.sign_test(9, 9) == pytest.approx(2 / 512)
+    assert validate.sign_test(1, 9) == validate.sign_test(8, 9) == pytest.approx(20 / 512)
+    assert validate.sign_test(2, 9) == pytest.approx(2 * 46 / 512)  # > 0.05: not resolved
+    assert validate.sign_test(3, 6) == 1.0
 
-    policies = {
-        "a": p([1.0, 1.1, 1.2], 5.0),
-        "b": p([2.0, 2.1, 2.2], 4.0),
-        "c": p([1.1, 1.5, 2.1], 1.0),
-    }
-    out = validate._resolved_ranking(policies)  # only a-b is resolved, and the simulator flips it
+
+def test_resolved_ranking_pairs_seeds_and_asks_a_sign_test() -> None:
+    def p(live: list[float], sim: float) -> dict[str, object]:
+        return {
+            "live_makespans_s": live,
+            "live_makespan_s": statistics.median(live),
+            "sim_makespan_s": sim,
+        }
+
+    # a beats b on 8 of 9 seeds although their ranges overlap (seed 3's workload is long);
+    # c beats a and b on 6 of 9 each: not resolved
+    a = [1.0, 1.1, 1.2, 3.0, 1.1, 1.0, 1.3, 1.2, 2.0]
+    b = [x + 0.1 for x in a[:8]] + [1.9]
+    c = [x - 0.05 for x in a[:6]] + [x + 0.5 for x in a[6:]]
+    policies = {"a": p(a, 5.0), "b": p(b, 4.0), "c": p(c, 5.1)}
+    out = validate._resolved_ranking(policies)  # only a-b is resolved: the simulator flips it
     assert (out["num_resolved_pairs"], out["resolved_pairs_agree"]) == (1, 0)
-    assert not out["resolved_ranking_match"] and out["num_pairs"] == 3
-    single = {k: {**v, "live_makespans_s": v["live_makespans_s"][:1]} for k, v in policies.items()}
-    assert validate._resolved_ranking(single)["num_resolved_pairs"] == 0
+    assert out["resolved_ranking_match"] is False and out["num_pairs"] == 3
+    assert out["chance_resolved_pairs"] == pytest.approx(3 * 20 / 512)
+    policies["a"]["sim_makespan_s"] = 3.0  # now it agrees
+    assert validate._resolved_ranking(policies)["resolved_ranking_match"] is True
+    # three seeds can resolve nothing, even when one configuration wins on every seed:
+    # nothing was checked, so no verdict
+    three = {k: {**v, "live_makespans_s": v["live_makespans_s"][:3]} for k, v in policies.items()}
+    out = validate._resolved_ranking(three)
+    assert out["num_resolved_pairs"] == 0 and out["resolved_ranking_match"] is None
+    assert out["chance_resolved_pairs"] == 0.0
+    uneven = {**policies, "b": {**policies["b"], "live_makespans_s": b[:5]}}
+    with pytest.raises(ValueError, match="not paired"):
+        validate._resolved_ranking(uneven)
 
 
 TINY_GRID = {
