@@ -1084,6 +1084,10 @@ def sign_test(wins: int, n: int) -> float:
     return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / (1 << n))
 
 
+# the fewest seeds on which a configuration winning every seed is resolved (6: p = 1/32)
+MIN_RESOLVING_SEEDS = next(n for n in range(1, 64) if sign_test(n, n) <= RANK_ALPHA)
+
+
 def _test_size(n: int) -> float:
     """How often the sign test over ``n`` seeds resolves a pair that has no order at all."""
     return sum(math.comb(n, k) for k in range(n + 1) if sign_test(k, n) <= RANK_ALPHA) / (1 << n)
@@ -1127,6 +1131,12 @@ def _resolved_ranking(
 
 def _resolved_caption(summary: dict[str, Any]) -> str:
     resolved = summary["num_resolved_pairs"]
+    seeds = summary.get("seeds", 0)
+    if not resolved and seeds < MIN_RESOLVING_SEEDS:
+        return (
+            f"{seeds} seeds resolve no pair live: a sign test over seeds needs "
+            f"{MIN_RESOLVING_SEEDS} or more (--seeds)"
+        )
     if not resolved:
         return "no pair resolved live by a sign test over seeds"
     return (

@@ -173,6 +173,7 @@ def test_sign_test_is_exact_and_two_sided() -> None:
     assert validate.sign_test(1, 9) == validate.sign_test(8, 9) == pytest.approx(20 / 512)
     assert validate.sign_test(2, 9) == pytest.approx(2 * 46 / 512)  # > 0.05: not resolved
     assert validate.sign_test(3, 6) == 1.0
+    assert validate.MIN_RESOLVING_SEEDS == 6  # 5 of 5: p = 1/16; 6 of 6: 1/32
 
 
 def test_resolved_ranking_pairs_seeds_and_asks_a_sign_test() -> None:
