@@ -167,6 +167,16 @@ def test_noise_floor_is_how_far_a_median_of_single_draws_lands() -> None:
     assert validate.noise_floor([[1.0, 1.5, 2.0]]) == pytest.approx(1 / 3)  # 2 in 3 miss
 
 
+def test_worst_noise_floor_is_the_largest_error_of_each_resampling() -> None:
+    # one seed drawing 1, 1 or 2 (median 1): its error is 0 two times in three, so its
+    # floor is 0; the worse of two such configurations is 1 five times in nine
+    assert validate.noise_floor([[1.0, 1.0, 2.0]]) == 0.0
+    assert validate.worst_noise_floor([[[1.0, 1.0, 2.0]]] * 2) == pytest.approx(1.0)
+    # one configuration: the worst is its own floor
+    assert validate.worst_noise_floor([[[1.0, 3.0]] * 3]) == pytest.approx(0.5)
+    assert validate.worst_noise_floor([[[2.0] * 3] * 3, [[1.0, 3.0]] * 3]) == pytest.approx(0.5)
+
+
 def test_sign_test_is_exact_and_two_sided() -> None:
     assert validate.sign_test(0, 0) == 1.0
     assert validate.sign_test(9, 9) == pytest.approx(2 / 512)
