@@ -158,8 +158,8 @@ async def _collect(engine: Any, request: Any, into: list[Any]) -> None:
 
 
 async def throughput(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    from pipeline.records.workload import make_workload
     from pipeline.rollout.api import Rollout, rollout_config
-    from pipeline.rollout.workload import make_workload
     from transport.messages import PromptSpec, SamplingSpec
 
     workload = make_workload(

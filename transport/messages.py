@@ -329,7 +329,7 @@ class InstanceCounters(Struct):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RolloutRecord(Struct):
     """Everything the scheduler recorded about one rollout; it travels typed in
-    `RolloutFinished`, and `pipeline.rollout.trace` saves and checks it as a file.
+    `RolloutFinished`, and `pipeline.records.trace` saves and checks it as a file.
     ``requests``: the finished ones, in the order they arrived (requests arriving together
     share an ``arrival_s``; the order is what the scheduler's policies saw)."""
 

@@ -12,7 +12,7 @@ host) and each collective (`collective_timeout_s`, shorter): the collectives run
 of their own made with it, so a rank whose peer hangs (frozen, or on a host that vanished
 without closing its sockets) fails its step with `RankError` instead of waiting out the
 join timeout. A peer that dies on the same host is noticed at once (gloo's connection
-closes); the driver also watches the ranks (`pipeline.ranks`).
+closes); the driver also watches the ranks (`pipeline.rl.ranks`).
 """
 
 from __future__ import annotations

@@ -301,6 +301,7 @@ async def _direct(
     d = Dispatcher(
         mailbox, ranks, GROUP_SIZE, iteration=it, expected_version=0, sampling=SamplingSpec()
     )
+
     async def send(sample: SampleData, is_last: bool) -> None:
         await d.send(sample, last=is_last)  # as the scheduler's stream: the last rides the end
 

@@ -42,8 +42,8 @@ from rich.table import Table
 
 from actors.drafts.suffix_tree import HAVE_COMPILED_CORE, SuffixTree
 from pipeline.bench.drafts_core import bench_core
-from pipeline.report import LiveReport
-from pipeline.rl_config import RunConfig, generator_options, options_table, warm_model
+from pipeline.rl.config import RunConfig, generator_options, options_table, warm_model
+from pipeline.rl.report import LiveReport
 from pipeline.rollout.api import Rollout, rollout_config
 from pipeline.tasks import get_task
 from transport.messages import PROMPT_TAIL_TOKENS, PromptSpec, SampleResult, SamplingSpec

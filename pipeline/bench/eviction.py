@@ -31,8 +31,8 @@ from rich.table import Table
 
 from actors.generator.builtin.config import PARKED_EVICTIONS
 from pipeline.bench.rollout import bench_generator, run_policies
-from pipeline.rollout.metrics import compute_metrics
-from pipeline.rollout.workload import Workload, make_workload
+from pipeline.records.metrics import compute_metrics
+from pipeline.records.workload import Workload, make_workload
 from transport.messages import RolloutRecord
 
 __all__ = ["run"]

@@ -28,10 +28,10 @@ from typing import Any
 import anyio
 import numpy as np
 
-from pipeline.backend import SEER_SERVE_COMMAND
+from pipeline.launch.backend import SEER_SERVE_COMMAND
+from pipeline.rl.selector import Layout, LayoutProfile, ProfileRow, layouts_for
 from pipeline.rollout import Rollout
 from pipeline.rollout.api import rollout_config
-from pipeline.selector import Layout, LayoutProfile, ProfileRow, layouts_for
 from transport.messages import PromptSpec, SamplingSpec
 
 BUCKETS = (128, 256, 512)

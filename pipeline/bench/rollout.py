@@ -1,6 +1,6 @@
 """`seer bench rollout`: one workload under every scheduling policy, side by side.
 
-The workload (pipeline.rollout.workload) has the shape of RL rollouts: long-tailed,
+The workload (pipeline.records.workload) has the shape of RL rollouts: long-tailed,
 group-correlated output lengths, generated with ignore_eos up to per-sample targets that
 only the engine and the oracle see. One topology (splitter, estimator, scheduler, 2
 generator processes with a small KV budget) runs `baseline`, `divided`, `context_aware`
@@ -27,11 +27,11 @@ from rich.table import Table
 from actors.generator import ChunkRequest, GeneratorOptions, SamplingParams
 from actors.generator.builtin import build_torch_engine
 from pipeline.config import build_options
+from pipeline.records.metrics import compute_metrics
+from pipeline.records.plot import plot_timeline
+from pipeline.records.trace import load_trace, save_trace
+from pipeline.records.workload import Workload, describe, make_workload, workload_from_trace
 from pipeline.rollout.api import Rollout, rollout_config
-from pipeline.rollout.metrics import compute_metrics
-from pipeline.rollout.plot import plot_timeline
-from pipeline.rollout.trace import load_trace, save_trace
-from pipeline.rollout.workload import Workload, describe, make_workload, workload_from_trace
 from transport.messages import PromptSpec, RolloutRecord, SamplingSpec
 
 POLICIES = ("baseline", "divided", "context_aware", "oracle")

@@ -114,7 +114,7 @@ def run(
     json_path: str | None = None, quick: bool = False, repeats: int | None = None
 ) -> dict[str, Any]:
     """Run the benchmark, print its table, write JSON to ``json_path`` if given."""
-    from pipeline.rl_config import RunConfig, generator_options
+    from pipeline.rl.config import RunConfig, generator_options
     from pipeline.tasks import get_task
 
     cfg = RunConfig()

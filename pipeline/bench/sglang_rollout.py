@@ -31,8 +31,8 @@ from rich.table import Table
 
 from actors.generator.options import GeneratorOptions
 from pipeline.bench.rollout import POLICIES, bench_generator, measure_costs, summarize
+from pipeline.records.workload import Workload, describe, make_workload
 from pipeline.rollout.api import Rollout, rollout_config
-from pipeline.rollout.workload import Workload, describe, make_workload
 from transport.messages import PromptSpec, RolloutRecord, SamplingSpec
 
 BACKENDS = ("torch", "sglang")

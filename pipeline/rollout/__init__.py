@@ -1,12 +1,21 @@
-"""The rollout: records of what happened, benchmark workloads, metrics, traces and plots.
+"""The rollout as a library: `Rollout` (api.py) is the surface other trainers embed.
 
-The records (`transport.messages.RolloutRecord`) are what the scheduler writes during a
-rollout; everything here is a pure function of them: `metrics` computes makespan,
-throughput, tail, idle time and the lower-bound efficiency; `trace` saves and loads
-replayable traces; `plot` draws timelines; `workload` makes the long-tailed,
-group-correlated benchmark workload.
+`async with Rollout(topology) as r: groups = await r.generate(prompts, group_size=8)`.
+The records' helpers (metrics, traces, plots, workloads; pipeline/records/) are re-exported
+here for the embedding user's convenience.
 """
 
+from pipeline.records.metrics import compute_metrics, save_metrics
+from pipeline.records.plot import plot_timeline
+from pipeline.records.trace import load_trace, save_trace
+from pipeline.records.workload import (
+    Workload,
+    WorkloadPrompt,
+    describe,
+    make_workload,
+    true_lengths,
+    workload_from_trace,
+)
 from pipeline.rollout.api import (
     Group,
     OffPolicyError,
@@ -15,17 +24,6 @@ from pipeline.rollout.api import (
     RolloutResult,
     SchedulerLost,
     rollout_config,
-)
-from pipeline.rollout.metrics import compute_metrics, save_metrics
-from pipeline.rollout.plot import plot_timeline
-from pipeline.rollout.trace import load_trace, save_trace
-from pipeline.rollout.workload import (
-    Workload,
-    WorkloadPrompt,
-    describe,
-    make_workload,
-    true_lengths,
-    workload_from_trace,
 )
 
 __all__ = [

@@ -31,12 +31,12 @@ import torch
 from actors.drafts.options import SpecConfig
 from actors.trainer.core import OffPolicyError as OffPolicyError  # raised by generate()
 from actors.trainer.publish import publish_weights
-from pipeline.backend import server_start_s
 from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfig
 from pipeline.launch import Cluster, launch
-from pipeline.rollout.metrics import compute_metrics, save_metrics
-from pipeline.rollout.plot import plot_timeline
-from pipeline.rollout.trace import save_trace
+from pipeline.launch.backend import server_start_s
+from pipeline.records.metrics import compute_metrics, save_metrics
+from pipeline.records.plot import plot_timeline
+from pipeline.records.trace import save_trace
 from transport.errors import PeerGone
 from transport.messages import (
     Message,

@@ -161,7 +161,7 @@ def load_serving_model(options: ServeOptions) -> tuple[LlamaModel, int | None, s
 
 
 def _default_model(cache_dir: str) -> tuple[LlamaModel, str]:
-    from pipeline.rl_config import RunConfig, generator_options
+    from pipeline.rl.config import RunConfig, generator_options
     from pipeline.tasks import get_task
     from pipeline.tasks.warmstart import warm_start_path
 
@@ -178,7 +178,7 @@ def _default_model(cache_dir: str) -> tuple[LlamaModel, str]:
 
 
 def _default_task_eos(vocab_size: int) -> int | None:
-    from pipeline.rl_config import RunConfig
+    from pipeline.rl.config import RunConfig
     from pipeline.tasks import get_task
 
     task = get_task(RunConfig().task)

@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.table import Table
 
 from actors.scheduler import ContextAware, Policy
-from pipeline.rollout.metrics import compute_metrics
+from pipeline.records.metrics import compute_metrics
 from pipeline.sim.costmodel import CostModel
 from pipeline.sim.seer import POLICIES as SEER_POLICIES
 from pipeline.sim.simulator import SimConfig, SimRequest, simulate

@@ -29,8 +29,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.rollout.metrics import compute_metrics
-from pipeline.rollout.plot import plot_timeline
+from pipeline.records.metrics import compute_metrics
+from pipeline.records.plot import plot_timeline
 from pipeline.sim.acceptance import measure_acceptance
 from pipeline.sim.costmodel import CostModel
 from pipeline.sim.simulator import SimConfig, simulate

@@ -105,10 +105,10 @@ from actors.generator.step_log import read_step_logs, read_step_times
 from actors.scheduler.options import SchedulerOptions
 from pipeline.bench.rollout import POLICIES, bench_generator, run_policies
 from pipeline.launch import LaunchError
-from pipeline.rollout.metrics import compute_metrics
-from pipeline.rollout.plot import plot_timeline
-from pipeline.rollout.trace import load_trace, save_trace
-from pipeline.rollout.workload import Workload, make_workload
+from pipeline.records.metrics import compute_metrics
+from pipeline.records.plot import plot_timeline
+from pipeline.records.trace import load_trace, save_trace
+from pipeline.records.workload import Workload, make_workload
 from pipeline.sim import profile as sim_profile
 from pipeline.sim import steplog
 from pipeline.sim.acceptance import (

@@ -55,7 +55,7 @@ async def test_a_failing_handler_is_logged_and_the_actor_keeps_serving(tmp_path:
 async def test_stop_message_runs_on_stop_and_reports_stopped(tmp_path: Path) -> None:
     config = toy_config(tmp_path, count=1)
     config = PipelineConfig(topology=config.topology, transport=TransportConfig(scheme="inproc"))
-    from pipeline.registry import build_actor
+    from pipeline.launch.registry import build_actor
     from transport.inproc import InprocHub, InprocTransport
 
     hub = InprocHub()

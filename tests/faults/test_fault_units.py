@@ -23,9 +23,9 @@ from actors.generator import ChunkRequest, Draft, SamplingParams
 from actors.model import LlamaModel
 from actors.trainer import GRPOTrainer, TrainSample
 from actors.trainer.core import SamplingTransform
-from pipeline.rl_config import RunConfig
+from pipeline.rl.config import RunConfig
+from pipeline.rl.loop import trainable
 from pipeline.rollout.api import Group
-from pipeline.run import trainable
 from tests.actors.engine_util import drive, make_engine, tiny_model
 from transport.inproc import InprocHub, InprocTransport
 from transport.messages import (

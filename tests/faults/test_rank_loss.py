@@ -1,6 +1,6 @@
 """A trainer rank that dies or hangs mid-step fails the step within seconds (issue 14 parts
 1 and 5): two trainer ranks as real processes (the local launcher, gloo, ZeroMQ), fed by
-the dispatcher under the driver's rank watch (`pipeline.ranks.watch_ranks`).
+the dispatcher under the driver's rank watch (`pipeline.rl.ranks.watch_ranks`).
 
 Before: a frozen rank (or one on a host that vanished without closing its sockets) left the
 driver waiting for the train call's timeout (an hour in `seer run`) and the surviving rank
@@ -22,8 +22,8 @@ from actors.trainer.dispatch import RankLost, sample_data
 from actors.trainer.dispatcher import Dispatcher
 from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfig
 from pipeline.launch import Cluster, launch_local
-from pipeline.ranks import watch_ranks
-from pipeline.rl_config import free_port
+from pipeline.rl.config import free_port
+from pipeline.rl.ranks import watch_ranks
 from tests.actors import ranks_worker as w
 from transport.messages import Ping, Pong, SamplingSpec, TrainReport
 

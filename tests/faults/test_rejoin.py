@@ -21,7 +21,7 @@ from actors.generator.options import SpecConfig
 from actors.model import ModelOptions
 from pipeline.config import PipelineConfig, Topology
 from pipeline.launch import Cluster
-from pipeline.rl_config import RunConfig, rl_topology
+from pipeline.rl.config import RunConfig, rl_topology
 from pipeline.rollout import Rollout, RolloutResult
 from transport.messages import (
     ActorStats,

@@ -102,7 +102,7 @@ async def _answer(send: Any, status: int, payload: dict[str, Any]) -> None:
 
 def main(argv: list[str]) -> int:
     import pipeline.serve.server as server
-    from pipeline.cli import main as seer
+    from pipeline.cli.main import main as seer
 
     build_app = server.build_app
     server.build_app = lambda *a, **k: SchemaGate(build_app(*a, **k))  # type: ignore[assignment]

@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.bench import sglang_rollout
 from pipeline.bench.rollout import POLICIES
-from pipeline.rollout.workload import make_workload
+from pipeline.records.workload import make_workload
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from pipeline.config import (
     load_config,
     save_config,
 )
-from pipeline.registry import validate_topology
+from pipeline.launch.registry import validate_topology
 from pipeline.rollout.api import rollout_config
 
 GOOD = """
@@ -96,9 +96,7 @@ def test_missing_file_and_bad_actor_kinds(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unknown actor kind 'nosuch'"):
         validate_topology(bad_kind)
     bad_option = PipelineConfig(
-        topology=Topology(
-            actors=(ActorGroup(role="d", kind="scheduler", options={"workers": 2}),)
-        )
+        topology=Topology(actors=(ActorGroup(role="d", kind="scheduler", options={"workers": 2}),))
     )
     with pytest.raises(ConfigError, match=r"options: unknown keys \['workers'\]"):
         validate_topology(bad_option)

@@ -16,9 +16,9 @@ import anyio
 import pytest
 
 from pipeline.config import ConfigError, PipelineConfig, save_config
-from pipeline.endpoints import AddressBook, AddressBookError
 from pipeline.launch import launch
-from pipeline.launch_static import FileRegistry, actor_for_rank, rank_from_env
+from pipeline.launch.endpoints import AddressBook, AddressBookError
+from pipeline.launch.static import FileRegistry, actor_for_rank, rank_from_env
 from pipeline.rollout.api import Group, Rollout, rollout_config
 from tests.pipeline.tiny import TINY_GENERATOR
 from transport.messages import ActorStats, GetStats, PromptSpec, SamplingSpec

@@ -12,9 +12,9 @@ import pytest
 
 from pipeline import layout_switch
 from pipeline.config import PipelineConfig
+from pipeline.rl.loop import train
+from pipeline.rl.selector import Layout, LayoutProfile, ProfileRow
 from pipeline.rollout import Rollout
-from pipeline.run import train
-from pipeline.selector import Layout, LayoutProfile, ProfileRow
 from tests.pipeline.test_rl_loop import toy_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

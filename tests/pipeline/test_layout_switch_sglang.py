@@ -16,10 +16,10 @@ from structlog.testing import capture_logs
 
 from actors.generator import GeneratorOptions
 from actors.generator.sglang.launch import ServerProcess, fill_command, free_port
-from pipeline.backend import SEER_SERVE_COMMAND, use_backend
-from pipeline.layout_switch import current_layout, make_selector, with_layout
-from pipeline.run import train
-from pipeline.selector import Layout, LayoutProfile, ProfileError, ProfileRow
+from pipeline.launch.backend import SEER_SERVE_COMMAND, use_backend
+from pipeline.rl.layout_switch import current_layout, make_selector, with_layout
+from pipeline.rl.loop import train
+from pipeline.rl.selector import Layout, LayoutProfile, ProfileError, ProfileRow
 from tests.pipeline.test_rl_loop import TINY, toy_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

@@ -8,9 +8,9 @@ import pytest
 import tests.pipeline.toytask  # noqa: F401  (registers the say7 task)
 from actors.generator import GeneratorOptions
 from actors.model import ModelOptions
-from pipeline.report import load_rows
-from pipeline.rl_config import RunConfig
-from pipeline.run import train
+from pipeline.rl.config import RunConfig
+from pipeline.rl.loop import train
+from pipeline.rl.report import load_rows
 
 pytestmark = pytest.mark.anyio
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.records.metrics import merge_intervals, tail_window
 from pipeline.rollout import (
     compute_metrics,
     plot_timeline,
     save_metrics,
 )
-from pipeline.rollout.metrics import merge_intervals, tail_window
 from transport.messages import (
     ChunkRecord,
     InstanceCounters,
@@ -177,7 +177,7 @@ def test_plot_writes_a_png_with_one_panel_per_policy(tmp_path: Path) -> None:
 
 
 def test_plot_stacks_concurrent_chunks_in_separate_rows() -> None:
-    from pipeline.rollout.plot import pack_slots
+    from pipeline.records.plot import pack_slots
 
     chunks = [
         chunk("a1", 0, 0, 0, 4),

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+from pipeline.records.trace import TRACE_VERSION, trace_dict
 from pipeline.rollout import (
     compute_metrics,
     load_trace,
     save_trace,
 )
-from pipeline.rollout.trace import TRACE_VERSION, trace_dict
 from transport.codec import decode, encode
 from transport.messages import (
     ChunkRecord,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.selector import (
+from pipeline.rl.selector import (
     Layout,
     LayoutProfile,
     ParallelismSelector,

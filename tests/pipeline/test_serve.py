@@ -479,7 +479,7 @@ def test_incremental_streaming_sends_only_new_tokens(model_path: Path) -> None:
 
 
 def test_without_a_model_it_serves_seer_runs_cached_warm_start(tmp_path: Path) -> None:
-    from pipeline.rl_config import RunConfig, generator_options
+    from pipeline.rl.config import RunConfig, generator_options
     from pipeline.serve.server import load_serving_model
     from pipeline.tasks import get_task
     from pipeline.tasks.warmstart import warm_start_path

@@ -9,9 +9,9 @@ import pytest
 from actors.generator import GeneratorOptions
 from actors.generator.sglang import DEFAULT_COMMAND, SGLangOptions
 from actors.options import ConfigError
-from pipeline.backend import server_start_s, use_backend
 from pipeline.config import PipelineConfig, build_options
-from pipeline.rl_config import RunConfig
+from pipeline.launch.backend import server_start_s, use_backend
+from pipeline.rl.config import RunConfig
 from pipeline.rollout.api import rollout_config
 
 

@@ -20,10 +20,10 @@ from actors.drafts.options import SpecConfig
 from actors.generator import GeneratorOptions
 from actors.model import ModelOptions
 from pipeline.config import ActorGroup, Topology
-from pipeline.ranks import stream_spec, train_streamed
-from pipeline.rl_config import RunConfig
+from pipeline.rl.config import RunConfig
+from pipeline.rl.loop import train
+from pipeline.rl.ranks import stream_spec, train_streamed
 from pipeline.rollout.api import Rollout, RolloutError, rollout_config
-from pipeline.run import train
 from pipeline.tasks import get_task
 from tests.pipeline.tiny import TINY_MODEL
 from transport.messages import PromptSpec, SamplingSpec, StreamToRanks

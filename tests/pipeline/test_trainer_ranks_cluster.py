@@ -17,7 +17,7 @@ from actors.trainer.dispatch import DispatchError, sample_data
 from actors.trainer.dispatcher import Dispatcher
 from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfig
 from pipeline.launch import launch_local
-from pipeline.rl_config import free_port
+from pipeline.rl.config import free_port
 from tests.actors import ranks_worker as w
 from transport.messages import SamplingSpec
 

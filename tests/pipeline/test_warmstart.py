@@ -16,8 +16,8 @@ from rich.console import Console
 
 from actors.model import LlamaModel, ModelConfig, load_model
 from pipeline.config import ConfigError, build_options
-from pipeline.report import LiveReport
-from pipeline.rl_config import RunConfig
+from pipeline.rl.config import RunConfig
+from pipeline.rl.report import LiveReport
 from pipeline.tasks import Countdown, CountdownConfig, evaluate, sft_batch, sft_loss, warm_start
 from pipeline.tasks.countdown import EOS
 from pipeline.tasks.warmstart import DEFAULT_STEPS, IGNORE, _lr_scale, warm_start_path

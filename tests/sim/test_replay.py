@@ -13,7 +13,7 @@ import actors.generator.speculator as live_speculator
 from actors.drafts.options import SpecConfig
 from actors.drafts.policy import MarginalBenefitPolicy
 from actors.generator.engine import Draft
-from pipeline.rollout.metrics import compute_metrics
+from pipeline.records.metrics import compute_metrics
 from pipeline.sim.costmodel import DATA_DIR, CostModel, load_table
 from pipeline.sim.replay import ReplayClient, ReplayTrees, accepted_len
 from pipeline.sim.simulator import SimRequest, _Run, recorded_step_times, simulate

@@ -12,7 +12,7 @@ import actors.drafts.policy as draft_policy
 import actors.estimator.core as estimator_core
 import actors.scheduler.core as scheduler_core
 import actors.scheduler.policy as scheduler_policy
-from pipeline.rollout.metrics import compute_metrics
+from pipeline.records.metrics import compute_metrics
 from pipeline.sim import seer
 from pipeline.sim.costmodel import CostModel
 from pipeline.sim.simulator import SimConfig, SimRequest, _Run, simulate

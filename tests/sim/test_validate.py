@@ -274,7 +274,7 @@ def test_tiny_validate_measures_its_table_between_the_live_blocks(
 
 
 def test_the_command_line_passes_the_table_choice(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline.cli import main
+    from pipeline.cli.main import main
 
     calls: list[dict[str, object]] = []
     monkeypatch.setattr(validate, "run", lambda *a, **kw: calls.append(kw))

@@ -51,8 +51,8 @@ def test_actors_without_tensors_start_without_torch() -> None:
         """
         import sys
         import numpy as np
-        import pipeline.cli, pipeline.config, pipeline.logs, pipeline.launch
-        from pipeline.registry import resolve_kind
+        import pipeline.cli.main, pipeline.config, pipeline.logs, pipeline.launch
+        from pipeline.launch.registry import resolve_kind
         for kind in ("splitter", "estimator", "scheduler", "drafts"):
             resolve_kind(kind)
         import actors.splitter, actors.estimator, actors.scheduler, actors.drafts

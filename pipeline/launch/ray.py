@@ -37,9 +37,9 @@ import anyio.to_thread
 import structlog
 
 from pipeline.config import CONTROL, DRIVER, PipelineConfig, config_from_dict, config_to_toml
-from pipeline.endpoints import AddressBook, PreboundTransport, key, over_tcp
-from pipeline.launch import Cluster, LaunchError
-from pipeline.registry import build_actor, validate_topology, zmq_transport
+from pipeline.launch.cluster import Cluster, LaunchError
+from pipeline.launch.endpoints import AddressBook, PreboundTransport, key, over_tcp
+from pipeline.launch.registry import build_actor, validate_topology, zmq_transport
 from transport.errors import TransportError
 from transport.messages import PeerLost, Stop
 

@@ -35,11 +35,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from pipeline.config import build_options
     from pipeline.logs import configure_logging
-    from pipeline.report import LiveReport, plot_rewards, summary_table
-    from pipeline.rl_config import RunConfig
-    from pipeline.rollout.plot import plot_timeline
-    from pipeline.rollout.trace import load_trace
-    from pipeline.run import train
+    from pipeline.records.plot import plot_timeline
+    from pipeline.records.trace import load_trace
+    from pipeline.rl.config import RunConfig
+    from pipeline.rl.loop import train
+    from pipeline.rl.report import LiveReport, plot_rewards, summary_table
 
     configure_logging("warning")
     console = Console(width=120)
@@ -61,7 +61,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if v is not None
     }
     if args.backend or args.sglang_url or args.sglang_command:
-        from pipeline.backend import use_backend
+        from pipeline.launch.backend import use_backend
 
         gen = use_backend(
             cfg.generator, args.backend, urls=args.sglang_url or (), command=args.sglang_command
@@ -127,20 +127,20 @@ def _cmd_actor(args: argparse.Namespace) -> int:
     import anyio
 
     from pipeline.config import load_config
+    from pipeline.launch.registry import build_actor, zmq_transport
     from pipeline.logs import configure_logging
-    from pipeline.registry import build_actor, zmq_transport
 
     config = load_config(args.config)
     configure_logging(config.log_level)
     if args.role is None:  # static launch: which actor this is comes from the rank
-        from pipeline.launch_static import actor_for_rank, rank_from_env
+        from pipeline.launch.static import actor_for_rank, rank_from_env
 
         rank = rank_from_env(os.environ)
         if rank is None:
             raise ValueError("give --role (and --index), or set SEER_RANK / SLURM_PROCID / RANK")
         args.role, args.index = actor_for_rank(config, rank)
     if args.registry:
-        from pipeline.launch_static import run_registered_actor
+        from pipeline.launch.static import run_registered_actor
 
         run_registered_actor(config, args.role, args.index, args.registry, host=args.host)
         return 0
@@ -230,8 +230,8 @@ async def _train_routed(cfg: Any, report: Any) -> Any:
     """`train` with SGLang's router in front of the run's servers (its log in the run folder)."""
     import dataclasses
 
-    from pipeline.backend import routed
-    from pipeline.run import train
+    from pipeline.launch.backend import routed
+    from pipeline.rl.loop import train
 
     log = Path(cfg.out_dir) / "sglang-router.log"
     async with routed(cfg.generator, log) as gen:
@@ -300,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser(
         "run", help="the main job: GRPO on the embedded default task", allow_abbrev=False
     )
-    run.add_argument("--config", help="TOML mapping onto RunConfig (pipeline/rl_config.py)")
+    run.add_argument("--config", help="TOML mapping onto RunConfig (pipeline/rl/config.py)")
     run.add_argument("--policy", help="rollout scheduling: context_aware (default), baseline, ...")
     run.add_argument("--iterations", type=int)
     run.add_argument(

@@ -29,10 +29,10 @@ from pathlib import Path
 import structlog
 
 from pipeline.config import PipelineConfig, Topology
-from pipeline.ranks import load_on_every_rank
-from pipeline.rl_config import RunConfig, rl_topology
+from pipeline.rl.config import RunConfig, rl_topology
+from pipeline.rl.ranks import load_on_every_rank
+from pipeline.rl.selector import Layout, LayoutProfile, ParallelismSelector, ProfileError
 from pipeline.rollout import Rollout
-from pipeline.selector import Layout, LayoutProfile, ParallelismSelector, ProfileError
 from transport.messages import RepublishWeights, SaveCheckpoint, WeightsPublished
 
 log = structlog.get_logger()

@@ -4,13 +4,13 @@ running average context length, switched between iterations.
 A ``Layout`` is (instances, threads per instance) for the built-in CPU engine, where intra-op
 threads split each matmul the way tensor parallelism splits it across GPUs; every candidate
 uses the same total cores; for SGLang generators that launch their servers the pair is
-(servers, ``--tp-size`` per server), applied by ``pipeline.layout_switch``. A
+(servers, ``--tp-size`` per server), applied by ``pipeline.rl.layout_switch``. A
 ``LayoutProfile`` holds measured rollout throughput per (layout, context bucket); the best
 layout of a bucket is the one with the highest throughput there. ``ParallelismSelector``
 keeps the running average context length (prompt + output) of the last ``window`` finished
 samples -- the statistic the length estimator keeps, ``average_context_len`` -- and, between
 iterations, names the bucket's best layout when it differs from the current one. The caller
-restarts the generators with it (``pipeline.run``), which re-publishes the current weights.
+restarts the generators with it (``pipeline.rl.loop``), which re-publishes the current weights.
 Pure: no sockets, no clocks.
 """
 

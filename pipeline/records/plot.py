@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.rollout.metrics import tail_window
+from pipeline.records.metrics import tail_window
 from transport.messages import ChunkRecord, RolloutRecord
 
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.layout_switch import current_layout, make_selector, switch_layout
-from pipeline.ranks import load_on_every_rank, stream_spec, train_across_ranks, train_streamed
-from pipeline.rl_config import RunConfig, rl_topology, warm_model
+from pipeline.rl.config import RunConfig, rl_topology, warm_model
+from pipeline.rl.layout_switch import current_layout, make_selector, switch_layout
+from pipeline.rl.ranks import load_on_every_rank, stream_spec, train_across_ranks, train_streamed
 from pipeline.rollout import Rollout
 from pipeline.rollout.api import Group, RolloutError, RolloutResult
 from pipeline.tasks import Task, TaskPrompt, get_task

@@ -29,9 +29,9 @@ import anyio
 import structlog
 
 from pipeline.config import CONTROL, DRIVER, ConfigError, PipelineConfig
-from pipeline.endpoints import AddressBook, PreboundTransport, key, node_ip, over_tcp
-from pipeline.launch import Cluster, LaunchError, _await_ready
-from pipeline.registry import build_actor, validate_topology, zmq_transport
+from pipeline.launch.cluster import Cluster, LaunchError, await_ready
+from pipeline.launch.endpoints import AddressBook, PreboundTransport, key, node_ip, over_tcp
+from pipeline.launch.registry import build_actor, validate_topology, zmq_transport
 from transport.errors import TransportError
 from transport.messages import Stop
 
@@ -146,7 +146,7 @@ async def launch_static(
         book = await anyio.to_thread.run_sync(files.wait_complete, config, config.ready_timeout_s)
         cluster = Cluster(config, transport, address_of=book, inbox=inbox, control=control)
     try:
-        await _await_ready(cluster)
+        await await_ready(cluster)
         log.info("static_cluster_ready", actors=len(cluster.status))
         yield cluster
     finally:
