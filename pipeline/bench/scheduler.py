@@ -26,7 +26,7 @@ Reported per N (JSON `{"instances": {"2": {...}, "8": {...}, "32": {...}}}`):
   `RolloutFinished` message).
 
 `--profile DIR` also writes a cProfile of the scheduler process per N
-(`scheduler-<N>.prof`, via `SEER_PROFILE`; see `pipeline.cli.main`), slower while it runs.
+(`scheduler-<N>.prof`, via `SEER_PROFILE`; see `pipeline.cli.actor`), slower while it runs.
 """
 
 from __future__ import annotations

@@ -1,0 +1,145 @@
+"""`seer run`: the main job, GRPO on the embedded default task with a run folder and report."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    # allow_abbrev=False: the retired --warm-start-s (seconds) must not pass as an
+    # abbreviation of --warm-start-steps
+    run = sub.add_parser(
+        "run", help="the main job: GRPO on the embedded default task", allow_abbrev=False
+    )
+    run.add_argument("--config", help="TOML mapping onto RunConfig (pipeline/rl/config.py)")
+    run.add_argument("--policy", help="rollout scheduling: context_aware (default), baseline, ...")
+    run.add_argument("--iterations", type=int)
+    run.add_argument(
+        "--warm-start-steps", type=int, help="supervised warm start optimiser steps (0: none)"
+    )
+    run.add_argument("--resume", help="a checkpoint folder of an earlier run")
+    run.add_argument(
+        "--trainer-ranks", type=int, help="data-parallel trainer ranks (torch.distributed)"
+    )
+    run.add_argument(
+        "--dispatch",
+        choices=("direct", "driver"),
+        help="with --trainer-ranks > 1: direct (default; the scheduler scores each sample and "
+        "sends it to its rank as it finishes) or driver (gather, score, then send: comparison)",
+    )
+    run.add_argument("--out", help="run folder (default: runs/run-<time>)")
+    run.add_argument("--backend", choices=("builtin", "sglang"), help="the generators' engine")
+    run.add_argument(
+        "--sglang-url",
+        action="append",
+        help="sglang: attach a generator to this server (repeat: one per generator)",
+    )
+    run.add_argument(
+        "--sglang-command",
+        help="sglang: launch each generator's server with this command line ({python}, "
+        "{model}, {host}, {port}, {tp_size} filled in; default: python -m "
+        "sglang.launch_server ...)",
+    )
+    run.add_argument(
+        "--sglang-router",
+        action="store_true",
+        help="sglang: start SGLang's router (seer-rl[router]) in front of the --sglang-url "
+        "servers; /generate goes through it, pinned to the server our scheduler chose",
+    )
+    return run
+
+
+def run(args: argparse.Namespace) -> int:
+    """The main job: synchronous GRPO on the embedded default task, every Seer mechanism
+    that has landed switched on, live progress, and a run folder with the report."""
+    import dataclasses
+    import time
+    import tomllib
+
+    import anyio
+    from rich.console import Console
+
+    from pipeline.config import build_options
+    from pipeline.logs import configure_logging
+    from pipeline.records.plot import plot_timeline
+    from pipeline.records.trace import load_trace
+    from pipeline.rl.config import RunConfig
+    from pipeline.rl.loop import train
+    from pipeline.rl.report import LiveReport, plot_rewards, summary_table
+
+    configure_logging("warning")
+    console = Console(width=120)
+    cfg = (
+        build_options(RunConfig, tomllib.loads(Path(args.config).read_text()), args.config)
+        if args.config
+        else RunConfig()
+    )
+    changes = {
+        k: v
+        for k, v in (
+            ("policy", args.policy),
+            ("iterations", args.iterations),
+            ("resume", args.resume),
+            ("warm_start_steps", args.warm_start_steps),
+            ("trainer_ranks", args.trainer_ranks),
+            ("dispatch", args.dispatch),
+        )
+        if v is not None
+    }
+    if args.backend or args.sglang_url or args.sglang_command:
+        from pipeline.launch.backend import use_backend
+
+        gen = use_backend(
+            cfg.generator, args.backend, urls=args.sglang_url or (), command=args.sglang_command
+        )
+        changes["generator"] = gen
+        if gen.sglang.urls and gen.backend == "sglang":
+            changes["num_generators"] = len(gen.sglang.urls)
+    out = args.out or f"runs/run-{time.strftime('%Y%m%d-%H%M%S')}"
+    cfg = dataclasses.replace(cfg, out_dir=out, **changes)
+    gen = cfg.generator
+    if args.sglang_router and not (gen.backend == "sglang" and gen.sglang.urls):
+        raise ValueError("--sglang-router needs SGLang servers given by URL (--sglang-url)")
+    console.print(
+        f"[bold]seer run[/]: {cfg.task}, {cfg.iterations} iterations x "
+        f"{cfg.prompts_per_iteration} prompts x {cfg.group_size} samples, policy "
+        f"{cfg.policy or 'context_aware'}, {cfg.num_generators} generators; run folder {out}"
+    )
+    if args.sglang_router:
+        rows = anyio.run(_train_routed, cfg, LiveReport(console))
+    else:
+        rows = anyio.run(train, cfg, LiveReport(console))
+    folder = Path(out)
+    plot_rewards(rows, folder / "reward.png")
+    trace = folder / "last-rollout" / "trace.json"
+    if trace.exists():
+        record = load_trace(trace)
+        plot_timeline({record.policy: record}, folder / "rollout-timeline.png")
+    console.print(summary_table(rows, f"{len(rows)} iterations ({cfg.policy or 'context_aware'})"))
+    last = rows[-1] if rows else {}
+    if "eval_reward_before" in last:
+        console.print(
+            f"held-out reward (fixed prompts and seeds): {last['eval_reward_before']:.3f}"
+            f" before training -> {last['eval_reward']:.3f} after {len(rows)} iterations"
+            + (
+                f" (success {last['eval_success_before']:.3f} -> {last['eval_success']:.3f})"
+                if last.get("eval_success") != last["eval_reward"]
+                else ""
+            )
+        )
+    console.print(f"wrote {folder}/metrics.jsonl, reward.png, rollout-timeline.png")
+    return 0
+
+
+async def _train_routed(cfg: Any, report: Any) -> Any:
+    """`train` with SGLang's router in front of the run's servers (its log in the run folder)."""
+    import dataclasses
+
+    from pipeline.launch.backend import routed
+    from pipeline.rl.loop import train
+
+    log = Path(cfg.out_dir) / "sglang-router.log"
+    async with routed(cfg.generator, log) as gen:
+        return await train(dataclasses.replace(cfg, generator=gen), report)
