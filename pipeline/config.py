@@ -32,7 +32,13 @@ CONTROL = "control"
 
 @dataclass(frozen=True, kw_only=True)
 class ActorGroup:
-    """`count` actors of one kind under one role name."""
+    """`count` actors of one kind under one role name. `role`: the name other actors and
+    addresses use ("scheduler", "generator", ...; alphanumeric, not "driver" or
+    "control"). `kind`: a registered actor kind (`pipeline.launch.registry.ACTOR_KINDS`) or
+    an import path "package.module:Class" of your own actor. `count`: how many actors of
+    this role (the scheduler and trainer read the generators' count from here). `hosts`:
+    tcp only, one host per actor ("" = `transport.host`). `options`: the kind's options
+    table (below, by kind); keys left out keep their defaults."""
 
     role: str
     kind: str
@@ -51,6 +57,8 @@ class ActorGroup:
 
 @dataclass(frozen=True, kw_only=True)
 class Topology:
+    """Which actors run. `actors`: the actor groups (`[[topology.actors]]`), roles unique."""
+
     actors: tuple[ActorGroup, ...]
 
     def __post_init__(self) -> None:
@@ -74,6 +82,16 @@ class Topology:
 
 @dataclass(frozen=True, kw_only=True)
 class TransportConfig:
+    """How actors reach each other. `scheme`: "ipc" (one host, unix sockets), "tcp" (many hosts)
+    or "inproc" (one process). `run_dir`: where ipc sockets and actor logs go ("" = the system's
+    temporary folder + "/seer"; the run id is appended). `host`: the tcp host of actors without
+    `hosts`, and of the driver. `base_port`: tcp ports are `base_port` + 0 (control), + 1
+    (driver), + 2 ... (each actor in topology order). `hwm`: ZeroMQ's high-water mark, messages
+    queued per socket before a send waits. `max_header_mib`: the largest message header a
+    receiver accepts (larger is refused with a `ProtocolError`). `max_frame_mib`: the largest
+    tensor frame a receiver accepts. `curve_keys`: a folder made by `seer keys`, required for
+    tcp. `allow_insecure_tcp`: tcp without CURVE, only on a trusted network."""
+
     scheme: Literal["ipc", "tcp", "inproc"] = "ipc"
     run_dir: str = ""
     host: str = "127.0.0.1"
@@ -96,11 +114,19 @@ class TransportConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class PipelineConfig:
+    """A topology and how it runs. `topology`: the actors (`[[topology.actors]]`).
+    `transport`: sockets and security (`[transport]`). `run_id`: the per-run suffix of every
+    address (alphanumeric and dashes; random when omitted). `heartbeat_s`: how often
+    actors send heartbeats (a silent peer counts as lost after a few). `ready_timeout_s`:
+    how long the launcher waits for every actor to report ready (actors importing torch on
+    a loaded 2-core host take minutes). `stop_timeout_s`: how long a clean stop may take
+    before the launcher signals the actor. `log_level`: the actors' structlog level."""
+
     topology: Topology
     transport: TransportConfig = field(default_factory=TransportConfig)
     run_id: str = field(default_factory=lambda: secrets.token_hex(4))
     heartbeat_s: float = 1.0
-    ready_timeout_s: float = 180.0  # actors importing torch on a loaded 2-core host take minutes
+    ready_timeout_s: float = 180.0
     stop_timeout_s: float = 10.0
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

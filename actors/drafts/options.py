@@ -11,6 +11,11 @@ from actors.options import ConfigError, check_positive
 
 @dataclass(frozen=True, kw_only=True)
 class DraftStoreOptions:
+    """`max_depth`: the depth limit of each group's suffix tree, in tokens. `keep_history`:
+    when a group closes, keep its responses for the next group of the same prompt (the next
+    iteration) instead of freeing its tree. `history_size`: with `keep_history`, at most
+    this many earlier responses kept per prompt."""
+
     max_depth: int = 64
     keep_history: bool = False
     history_size: int = 16
@@ -23,7 +28,18 @@ class DraftStoreOptions:
 class SpecConfig:
     """`mode`: "off", "self" (each request drafts from its own output: SuffixDecoding) or
     "group" (from all siblings via the draft store: Seer). `budget`: "adaptive" (MBA) or
-    "fixed" (`fixed_len` tokens for every request)."""
+    "fixed" (`fixed_len` tokens for every request). `fixed_len`: the draft length of the
+    fixed budget. `g_max`: at most this many draft nodes per request per step.
+    `probe_weight`: how much more a probe's accepted token counts in the adaptive budget
+    (Seer's lambda). `explore_every`: after this many steps without drafts, draft a few
+    nodes anyway so acceptance stays measured. `paths`: paths of a multi-path draft tree.
+    `multipath_max_batch`: draft trees of `paths` paths only while at most this many
+    requests run (the tail); chains otherwise. `min_prob`: leave out draft nodes whose path
+    probability is below this. `max_match`: the longest suffix of a request's tokens
+    matched in the tree. `tree_depth`: the depth limit of the generator's local tree
+    replicas. `sync_interval_s`: how often replicas sync with the draft store.
+    `store_timeout_s`: how long a sync may wait for the store (then: no drafts, never a
+    stall)."""
 
     mode: Literal["off", "self", "group"] = "group"
     budget: Literal["adaptive", "fixed"] = "adaptive"

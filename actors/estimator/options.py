@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, kw_only=True)
 class EstimatorOptions:
-    """`use_prior` (beyond Seer): a group with nothing finished starts at the longest
+    """`use_prior`: (beyond Seer) a group with nothing finished starts at the longest
     output its prompt produced last time, instead of at the generation limit."""
 
     use_prior: bool = False

@@ -15,14 +15,19 @@ from actors.options import check, check_choice, check_positive
 @dataclass(frozen=True, kw_only=True)
 class GeneratorOptions:
     """`backend`: the engine, by name (`actors.generator.backends.BACKENDS`). `model`: the
-    policy (a TOML sub-table). `max_batch` .. `profile`: the built-in engine's settings
-    (`actors.generator.builtin.EngineConfig`). `spec`: speculation (a TOML sub-table).
-    `sglang`: the SGLang servers of backend "sglang" (a TOML sub-table; `max_batch` is then
-    the scheduler's cap of chunks in flight per server). `pin_cores` (built-in engine):
-    generator i runs on `num_threads` cores of its own (`actors.generator.cpus`), as a GPU
-    host gives each instance its own device; the benches and `seer sim validate` pin.
-    `parked_eviction` (built-in engine): which parked KV goes first when room is needed
-    ("queue" or "lru", `EngineConfig`; `seer bench eviction` compares them)."""
+    policy (a TOML sub-table). `max_batch`: requests decoding at once (built-in engine;
+    with SGLang, the scheduler's cap of chunks in flight per server). `kv_budget_tokens`:
+    KV tokens for running and parked requests together (built-in engine; never exceeded:
+    requests wait or are preempted). `max_prefill_tokens`: prefill tokens per engine step
+    (chunked prefill). `num_threads`: torch threads of the generator process.
+    `eos_token_id`: the token that ends a sample (None: none; `seer run` sets the task's).
+    `profile`: measure the built-in engine's step times at start-up rather than at the
+    first draft budget. `pin_cores` (built-in engine): generator i runs on `num_threads`
+    cores of its own (`actors.generator.cpus`), as a GPU host gives each instance its own
+    device; the benches and `seer sim validate` pin. `parked_eviction` (built-in engine):
+    which parked KV goes first when room is needed ("queue" or "lru"; `seer bench
+    eviction` compares them). `spec`: speculation (a TOML sub-table). `sglang`: the SGLang
+    servers of backend "sglang" (a TOML sub-table)."""
 
     backend: str = "builtin"
     model: ModelOptions = field(default_factory=ModelOptions)

@@ -23,6 +23,14 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 @dataclass(frozen=True, kw_only=True)
 class ModelOptions:
+    """`path`: a safetensors file saved by seer or a Hugging Face Llama/Qwen2 folder ("" = a
+    random model of the shape below). `seed`: the random model's seed. `dtype`: the
+    weights' dtype, "float32" or "bfloat16". A model from `path` has the file's shape; the
+    rest gives a random model's. `vocab_size`: tokens in the vocabulary. `hidden`: the hidden width.
+    `num_layers`: decoder layers. `num_heads`: attention heads. `num_kv_heads`: key/value
+    heads (fewer than `num_heads`: grouped-query attention). `intermediate`: the SwiGLU
+    width. `max_context`: the longest sequence, prompt and output, in tokens."""
+
     path: str = ""
     seed: int = 0
     dtype: Literal["float32", "bfloat16"] = "float32"

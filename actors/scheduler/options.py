@@ -14,21 +14,24 @@ from actors.scheduler.policy import POLICY_NAMES
 
 @dataclass(frozen=True, kw_only=True)
 class SchedulerOptions:
-    """`policy`: one of `POLICY_NAMES` (a rollout may name another). `chunk_size`: tokens
-    per chunk for chunked policies. `max_running_per_instance` and `kv_high_watermark`:
-    capacity per generator. `affinity_spread`: how much busier the instance holding a
-    request's KV may be before the request moves. `starvation_s`: context-aware's
-    anti-starvation age (for requests that have run a chunk); `starvation_every`: at most
-    one starved request promoted per this many dispatches. `health_interval_s` /
-    `health_timeout_s`: how often generators with work are asked for their load, and how
-    long before one counts as lost (1 s and 3 s: a frozen generator is noticed within about
-    4 s; engine steps run off the generator's event loop, so a busy one still answers).
-    `scorer`: import path ("package.module:function") of a factory that takes a task name and
-    returns its reward function, for rollouts streamed straight to the trainer ranks
-    (`StreamToRanks`); "" = this scheduler does not score.
-    During a rollout lost generators are probed at the same pace: one that answers with
-    the current weights is back; one with older weights gets them from the trainer first
-    (`republish_timeout_s` bounds that call)."""
+    """`policy`: the default scheduling policy, one of `POLICY_NAMES` (a rollout may name
+    another). `chunk_size`: tokens per chunk for the chunked policies.
+    `max_running_per_instance`: requests in flight per generator. `kv_high_watermark`: the
+    fraction of a generator's KV the requests it holds may fill. `affinity_spread`: how
+    much busier the instance holding a request's KV may be before the request moves.
+    `starvation_s`: context-aware's anti-starvation age, for requests that have run a
+    chunk. `starvation_every`: at most one starved request promoted per this many
+    dispatches. `health_interval_s`: how often generators with work are asked for their
+    load (during a rollout lost generators are probed at the same pace: one that answers
+    with the current weights is back; one with older weights gets them from the trainer
+    first). `health_timeout_s`: how long a generator may take to answer before it counts
+    as lost (engine steps run off the generator's event loop, so a busy one still
+    answers). `republish_timeout_s`: how long the call to the trainer that pushes a
+    returning generator the current weights may take. `growth_reserve`: KV tokens of
+    growth set aside per request an instance holds when admitting another (None = a
+    quarter of `chunk_size`). `scorer`: import path ("package.module:function") of a
+    factory that takes a task name and returns its reward function, for rollouts streamed
+    straight to the trainer ranks (`StreamToRanks`); "" = this scheduler does not score."""
 
     policy: str = "context_aware"
     chunk_size: int = 128

@@ -14,9 +14,15 @@ from actors.options import check, check_positive
 
 @dataclass(frozen=True, kw_only=True)
 class TrainerOptions:
-    """`model`: the same policy the generators hold (a TOML sub-table). `mini_batch_size`
-    None: one optimiser step per epoch. `bucket_bytes`: the size of one weight bucket sent
-    to a generator."""
+    """`model`: the same policy the generators hold (a TOML sub-table). `lr`: AdamW's
+    learning rate. `kl_coef`: the KL penalty's weight (the actor builds no reference model
+    yet, so only 0 runs today). `clip_eps`: PPO-style clipping of the importance ratio.
+    `max_grad_norm`: gradients are clipped to this norm. `micro_batch_size`: samples per
+    forward/backward pass (gradients accumulate). `mini_batch_size`: samples per optimiser
+    step (None: one optimiser step per epoch). `epochs`: passes over a step's samples.
+    `pad_id`: the token that pads micro-batches. `bucket_bytes`: the size of one weight
+    bucket sent to a generator. `num_threads`: torch threads of the trainer process.
+    `seed`: the shuffling and initialisation seed."""
 
     model: ModelOptions = field(default_factory=ModelOptions)
     lr: float = 1e-4
@@ -30,12 +36,14 @@ class TrainerOptions:
     bucket_bytes: int = 16 << 20
     num_threads: int = 2
     seed: int = 0
-    # trainer ranks (the topology's count of "trainer" actors): where rank 0 hosts the
-    # torch.distributed rendezvous; ignored under torchrun, which sets MASTER_ADDR/PORT
+    #: trainer ranks (the topology's count of "trainer" actors): the host of rank 0's
+    #: torch.distributed rendezvous (ignored under torchrun, which sets MASTER_ADDR)
     dist_addr: str = "127.0.0.1"
+    #: the rendezvous port (ignored under torchrun, which sets MASTER_PORT)
     dist_port: int = 29500
-    dist_timeout_s: float = 300.0  # joining: ranks may start far apart on a loaded host
-    # each collective: a rank whose peer hangs fails its step after this long
+    #: how long ranks may take to join (they may start far apart on a loaded host)
+    dist_timeout_s: float = 300.0
+    #: each collective: a rank whose peer hangs fails its step after this long
     collective_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:

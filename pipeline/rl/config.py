@@ -18,55 +18,86 @@ from pipeline.tasks.warmstart import DEFAULT_STEPS, warm_start
 
 @dataclass(frozen=True, kw_only=True)
 class RunConfig:
+    """One RL run of `seer run` (a `--config` TOML maps onto it; `[generator]` and its
+    sub-tables are the generators' options). docs/configuration.md lists every field."""
+
+    #: the registered task to train on (`pipeline.tasks.register_task`)
     task: str = "countdown"
-    # 40: on the 400-step warm start (held-out about 0.75 before RL) 40 iterations added
-    # +0.05 (0.746 -> 0.758 -> 0.797 at 0 / 20 / 40) in about 3 minutes on 2 cores
+    #: RL iterations: each rolls out, scores, takes a GRPO step and publishes the weights
     iterations: int = 40
-    prompts_per_iteration: int = 64  # 32 learned about half as steadily (noisier updates)
+    #: prompts drawn per iteration (32 learned about half as steadily: noisier updates)
+    prompts_per_iteration: int = 64
+    #: samples per prompt (the GRPO group)
     group_size: int = 8
+    #: generation limit per sample, in tokens
     max_new_tokens: int = 160
+    #: sampling temperature of the rollouts (the trainer's logprobs use the same transform)
     temperature: float = 1.0
-    policy: str = ""  # "" = the scheduler's default (context_aware); "baseline" for veRL-style
+    #: rollout scheduling: "" = the scheduler's default (context_aware), "divided", or
+    #: "baseline" (veRL-style: whole groups pinned to an instance, run to completion)
+    policy: str = ""
+    #: tokens per chunk for the chunked policies (divided rollout)
     chunk_size: int = 128
+    #: generator processes (SGLang backend by URL: one per server)
     num_generators: int = 2
-    # 128 running slots and 2,048 prefill tokens a step: an iteration's 512 short samples run
-    # in two waves of large batches, which amortise the tiny model's per-op cost (one engine,
-    # 512 samples, CPU time: 1.6x the tokens per second of 32 slots and 512 prefill tokens)
+    #: the generators' options; the default runs 128 requests at once with 2,048 prefill
+    #: tokens a step, so an iteration's short samples run in large batches
     generator: GeneratorOptions = field(
         default_factory=lambda: GeneratorOptions(
             model=ModelOptions(max_context=512), max_batch=128, max_prefill_tokens=2048
         )
     )
-    warm_start_steps: int = DEFAULT_STEPS  # 0 = start from the random model; leaves RL room
-    curriculum: bool = True  # draw prompts where groups disagree (tasks with difficulty())
-    curriculum_pool: int = 4  # candidates drawn per prompt kept
+    #: supervised warm-start optimiser steps before RL, cached under `cache_dir` (0: start
+    #: from the random model)
+    warm_start_steps: int = DEFAULT_STEPS
+    #: draw prompts where groups disagree (tasks that grade their prompts with difficulty())
+    curriculum: bool = True
+    #: curriculum: candidates drawn per prompt kept
+    curriculum_pool: int = 4
+    #: where the warm start is cached
     cache_dir: str = "runs/cache"
+    #: the trainer's learning rate (AdamW)
     lr: float = 1e-3
+    #: the KL penalty's weight; the trainer actor builds no reference model yet, so only 0
+    #: runs today
     kl_coef: float = 0.0
-    # a failed sample whose first wrong token the task locates (Task.first_error) trains on
-    # that token alone (actors/trainer/batch.py); held-out 0.719 -> 0.79 in 40 iterations
-    # where plain GRPO reached 0.74 (README, quick start)
+    #: a failed sample whose first wrong token the task locates (`Task.first_error`) trains
+    #: on that token alone (docs/seer-rollout.md, step credit); else plain GRPO
     step_credit: bool = True
+    #: samples per forward/backward pass in the trainer
     micro_batch_size: int = 32
-    mini_batch_size: int = 128  # optimiser steps per iteration = samples / mini_batch_size
+    #: samples per optimiser step (optimiser steps per iteration = samples / this)
+    mini_batch_size: int = 128
+    #: passes over each iteration's samples
     epochs: int = 1
+    #: seeds the prompts, the warm start, the model and the sampling
     seed: int = 0
+    #: the run folder (`seer run` sets `runs/run-<time>`)
     out_dir: str = "runs/rl"
+    #: a checkpoint folder of an earlier run to continue from ("" = a new run)
     resume: str = ""
+    #: iterations between checkpoints
     checkpoint_every: int = 5
-    eval_prompts: int = 256  # held-out prompts scored before training and every eval_every
+    #: held-out prompts scored before training and every `eval_every` iterations (0: none)
+    eval_prompts: int = 256
+    #: samples per held-out prompt
     eval_samples: int = 4
+    #: iterations between held-out evaluations
     eval_every: int = 20
+    #: how the actors start: a process each, one event loop, or Ray actors
     mode: Literal["local", "inprocess", "ray"] = "local"
-    ready_timeout_s: float = 180.0  # how long the actors may take to start (a loaded machine)
-    trainer_ranks: int = 1  # > 1: data-parallel ranks fed by the dispatcher (mode "local")
-    # with ranks > 1: "direct" = the scheduler scores each sample and sends it to its rank
-    # as it finishes (Earl); "driver" = the driver gathers, scores, then sends (comparison)
+    #: how long the actors may take to start (a loaded machine)
+    ready_timeout_s: float = 180.0
+    #: > 1: data-parallel trainer ranks fed by the data dispatcher (mode "local")
+    trainer_ranks: int = 1
+    #: with ranks > 1: "direct" = the scheduler scores each sample and sends it to its rank
+    #: as it finishes (Earl); "driver" = the driver gathers, scores, then sends (comparison)
     dispatch: Literal["direct", "driver"] = "direct"
-    # where the scheduler finds the task's verifier for direct dispatch: a factory taking the
-    # task name (its module must register a task of your own in the scheduler's process)
+    #: where the scheduler finds the task's verifier for direct dispatch: a factory taking
+    #: the task name (its module must register a task of your own in the scheduler's process)
     scorer: str = "pipeline.tasks.scoring:task_reward"
-    layout_profile: str = ""  # a `seer bench layouts` JSON: switch generator layouts by context
+    #: a `seer bench layouts` JSON: switch generator layouts by context length ("" = never)
+    layout_profile: str = ""
 
     def __post_init__(self) -> None:
         for name in ("iterations", "prompts_per_iteration", "group_size", "max_new_tokens"):

@@ -26,19 +26,21 @@ DEFAULT_COMMAND = (
 
 @dataclass(frozen=True, kw_only=True)
 class SGLangOptions:
-    """`urls` / `command`, `host`, `base_port`: attach or launch (module docstring).
-    `api_key`: sent as a bearer token. `context_len`: 0 = the server's (`/server_info`
-    `context_length`, else the model's). `request_timeout_s`: one `/generate` call; a
-    server that does not answer in time is lost. `connect_timeout_s`: connection set-up.
-    `health_interval_s` / `health_timeout_s`: how often `/health_generate` is probed while
-    chunks are in flight, and how long it may take (it generates a token behind the batch).
-    `load_timeout_s`: a `/v1/loads` probe when the scheduler asks for the load (keep it
-    below the scheduler's `health_timeout_s`). `start_timeout_s`: a launched
-    server's start. `weights_dir`: where published weights are written as Hugging Face
-    folders for `/update_weights_from_disk` (the server must see it; "" = a temporary
-    folder). `max_connections`: the HTTP pool (chunks in flight at once). `router_url`:
-    send `/generate` through this SGLang router, which must list every server in `urls`
-    (`router.running_router` starts one); "" = straight to the server."""
+    """`urls`: attach: one server per generator (generator i drives `urls[i]`). `command`:
+    launch (no `urls`): generator i runs this with `{python}`, `{model}`, `{host}`, `{port}` and
+    `{tp_size}` filled in. `host`: a launched server's host. `base_port`: a launched server's
+    port is `base_port + i` (0: a free port). `api_key`: sent as a bearer token. `context_len`:
+    0 = the server's (`/server_info` `context_length`, else the model's). `request_timeout_s`:
+    one `/generate` call; a server that does not answer in time is lost. `connect_timeout_s`:
+    connection set-up. `health_interval_s`: how often `/health_generate` is probed while chunks
+    are in flight. `health_timeout_s`: how long that probe may take (it generates a token behind
+    the batch). `load_timeout_s`: a `/v1/loads` probe when the scheduler asks for the load (keep
+    it below the scheduler's `health_timeout_s`). `start_timeout_s`: a launched server's start.
+    `weights_dir`: where published weights are written as Hugging Face folders for
+    `/update_weights_from_disk` (the server must see it; "" = a temporary folder).
+    `max_connections`: the HTTP pool (chunks in flight at once). `router_url`: send `/generate`
+    through this SGLang router, which must list every server in `urls` (`router.running_router`
+    starts one); "" = straight to the server."""
 
     urls: tuple[str, ...] = ()
     command: tuple[str, ...] = DEFAULT_COMMAND
