@@ -117,7 +117,7 @@ _SAMPLES: Final[tuple[Message, ...]] = (
     TokensAppended(appends=()),
     SyncDrafts(groups=()),
     GroupsClosed(rollout_id="fz", group_ids=("g",)),
-    TrainStep(iteration=0, samples=(), expected_version=0),
+    TrainStep(iteration=0, samples=()),
     SaveCheckpoint(path="/nonexistent/fuzz", iteration=0),
     LoadCheckpoint(path="/nonexistent/fuzz"),
     Ack(),

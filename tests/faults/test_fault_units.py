@@ -69,7 +69,7 @@ def _rollout_samples() -> list[TrainSample]:
 
 def _first_ratio(samples: list[TrainSample], transform: SamplingTransform | None) -> float:
     trainer = GRPOTrainer(_clone(tiny_model(seed=3)), lr=1e-3)
-    stats = trainer.step(samples, expected_version=0, sampling=transform)
+    stats = trainer.step(samples, sampling=transform)
     return stats["mean_ratio"]
 
 

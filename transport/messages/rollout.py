@@ -157,7 +157,6 @@ class StreamToRanks(Message):
     iteration: int
     num_ranks: int
     group_size: int
-    expected_version: int
     task: str
     prompts: tuple[PromptMeta, ...]
     step_credit: bool = False  # locate each failed sample's first wrong token (the scorer's)

@@ -61,7 +61,7 @@ class TrainSampleSpec(Struct):
     old_logprobs: tuple[float, ...]
     reward: float
     group_id: str
-    weight_versions: tuple[int, ...]  # one per chunk; all must be the expected version
+    weight_versions: tuple[int, ...]  # one per chunk; all must be the trainer's version
     # the completion token the task's verifier located as the first mistake (-1: none, or a
     # right answer): the sample then trains on that token alone (step credit, trainer/batch.py)
     error_index: int = -1
@@ -73,7 +73,6 @@ class TrainStep(Message):
 
     iteration: int
     samples: tuple[TrainSampleSpec, ...]
-    expected_version: int
     # the distribution the samples were drawn from: new logprobs use the same transform
     sampling: SamplingSpec = SamplingSpec()  # noqa: RUF009 (frozen: shared safely)
 
@@ -147,7 +146,6 @@ class ShardLayout(Message):
 
     iteration: int
     rank: int
-    expected_version: int
     request_ids: tuple[str, ...]
     num_samples: tuple[int, ...]
     num_tokens: tuple[int, ...]
