@@ -235,9 +235,7 @@ async def test_use_prior_sends_the_prior_when_a_group_opens() -> None:
         await actor.handle_groups_opened(
             GroupsOpened(rollout_id="r1", groups=(group,), generation_limit=50)
         )
-        done = RequestFinished(
-            rollout_id="r1", group_id="g1", request_id="x", output_len=5, context_len=9
-        )
+        done = RequestFinished(rollout_id="r1", group_id="g1", request_id="x", output_len=5)
         await actor.handle_request_finished(done)
         first = await inbox.recv()  # the estimate of the finished group
         assert isinstance(first.msg, EstimateUpdated) and first.msg.estimate == 5

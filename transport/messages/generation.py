@@ -32,15 +32,16 @@ class LoadInfo(Struct):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChunkAssigned(Message):
-    """Scheduler -> generator: generate at most `max_tokens` more tokens of a request."""
+    """Scheduler -> generator: generate at most `max_chunk_tokens` more tokens of a request
+    whose whole output may not pass `max_new_tokens` (its generation limit)."""
 
     rollout_id: str
     request_id: str
     chunk_seq: int
     prompt_ids: tuple[int, ...]
     generated_ids: tuple[int, ...]
-    max_tokens: int
-    total_limit: int
+    max_chunk_tokens: int
+    max_new_tokens: int
     sampling: SamplingSpec
     weight_version: int
     group_id: str = ""

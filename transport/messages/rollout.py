@@ -120,7 +120,6 @@ class RequestFinished(Message):
     group_id: str
     request_id: str
     output_len: int
-    context_len: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,7 +129,6 @@ class EstimateUpdated(Message):
     rollout_id: str
     group_id: str
     estimate: int
-    average_context_len: float
 
 
 MetaValue: TypeAlias = (
