@@ -110,7 +110,7 @@ async def protocol_checks(url: str, context_len: int) -> dict[str, Any]:
     pieces: list[int] = []
     reasons = []
     for _ in range(4):
-        chunk = ChunkRequest("pieces;", prompt, 8, tuple(pieces), greedy, max_total_new_tokens=32)
+        chunk = ChunkRequest("pieces;", prompt, 8, tuple(pieces), greedy, max_new_tokens=32)
         result = await engine.generate(chunk)
         pieces += result.token_ids
         reasons.append(result.finish_reason)

@@ -47,7 +47,6 @@ class LengthEstimatorActor(Actor):
                     rollout_id=msg.rollout_id,
                     group_id=group.group_id,
                     estimate=start,
-                    average_context_len=self.core.average_context_len,
                 )
                 await self.send_to("scheduler", 0, update)
 
@@ -55,7 +54,6 @@ class LengthEstimatorActor(Actor):
         if self.core is None or msg.group_id not in self.open:
             self.log.warning("unknown_group", group=msg.group_id, request=msg.request_id)
             return
-        self.core.on_context(msg.context_len)
         estimate = self.core.on_request_finished(msg.group_id, msg.output_len)
         self.open[msg.group_id] -= 1
         if not self.open[msg.group_id]:
@@ -66,6 +64,5 @@ class LengthEstimatorActor(Actor):
                 rollout_id=msg.rollout_id,
                 group_id=msg.group_id,
                 estimate=estimate,
-                average_context_len=self.core.average_context_len,
             )
             await self.send_to("scheduler", 0, update)

@@ -1,22 +1,19 @@
-"""LengthEstimator: per-group output-length estimates and the running context length.
+"""LengthEstimator: per-group output-length estimates.
 
 Pure core (an async actor shell lives elsewhere). Consumes: ``open_group`` when a prompt
 becomes a group, ``on_request_finished`` with each finished sample's output length,
-``close_group`` at the end of the group's rollout, ``on_context`` with each finished
-request's context length. Emits: ``on_request_finished`` returns the group's new estimate
-when it changed (the shell forwards it to the scheduler as ``EstimateUpdated``).
+``close_group`` at the end of the group's rollout. Emits: ``on_request_finished`` returns
+the group's new estimate when it changed (the shell forwards it to the scheduler as
+``EstimateUpdated``).
 
 Estimate (Seer): the longest finished sibling; with none finished, the generation limit --
 or, with ``use_prior`` (beyond Seer), the longest output this prompt id produced the last
-time one of its groups closed, capped at the limit. ``average_context_len`` is the mean
-context length (prompt + output) of finished requests, over all of them or the last
-``context_window`` (for Earl's parallelism selector, planned). Unknown group ids raise
+time one of its groups closed, capped at the limit. Unknown group ids raise
 ``UnknownGroupError``. Priors are kept per prompt id for the estimator's lifetime.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 
 __all__ = ["LengthEstimator", "UnknownGroupError"]
@@ -42,20 +39,13 @@ class _Group:
 
 
 class LengthEstimator:
-    def __init__(
-        self, generation_limit: int, *, use_prior: bool = False, context_window: int | None = None
-    ) -> None:
+    def __init__(self, generation_limit: int, *, use_prior: bool = False) -> None:
         if generation_limit < 1:
             raise ValueError(f"generation_limit must be >= 1, got {generation_limit}")
-        if context_window is not None and context_window < 1:
-            raise ValueError(f"context_window must be >= 1 or None, got {context_window}")
         self.generation_limit = generation_limit
         self.use_prior = use_prior
         self._groups: dict[str, _Group] = {}
         self._priors: dict[str, int] = {}  # prompt id -> max output when its group last closed
-        self._contexts: deque[int] = deque(maxlen=context_window)
-        self._context_sum = 0
-        self._context_count = 0
 
     def open_group(self, group_id: str, prompt_id: str, group_size: int) -> None:
         if group_id in self._groups:
@@ -95,22 +85,6 @@ class LengthEstimator:
     def prior(self, prompt_id: str) -> int | None:
         """The prompt's longest output when its group last closed, if any."""
         return self._priors.get(prompt_id)
-
-    def on_context(self, num_tokens: int) -> None:
-        if num_tokens < 0:
-            raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
-        if self._contexts.maxlen is None:
-            self._context_sum += num_tokens
-            self._context_count += 1
-        else:
-            self._contexts.append(num_tokens)
-
-    @property
-    def average_context_len(self) -> float:
-        """Mean context length of finished requests (0.0 before any)."""
-        if self._contexts.maxlen is not None:
-            return sum(self._contexts) / len(self._contexts) if self._contexts else 0.0
-        return self._context_sum / self._context_count if self._context_count else 0.0
 
     @property
     def num_open_groups(self) -> int:

@@ -13,9 +13,9 @@ that ``decoding_request_ids`` names, and the speculation policy reads ``step_tim
 built-in ``TorchEngine`` (``actors.generator.builtin``) is such an engine.
 
 Contract:
-- One chunk = at most ``max_new_tokens`` new tokens of one request. It ends with a
+- One chunk = at most ``max_chunk_tokens`` new tokens of one request. It ends with a
   ``ChunkResult`` whose finish reason is ``"stop"`` (EOS or a stop token), ``"length"``
-  (context or ``max_total_new_tokens`` reached), ``"chunk"`` (this chunk's budget reached,
+  (context or the request's ``max_new_tokens`` reached), ``"chunk"`` (this chunk's budget reached,
   the request is not finished), ``"abort"`` or ``"error"`` (with a message).
 - Bad input raises an ``EngineError`` subclass (a ``ValueError``) before any state changes;
   the engine keeps serving. ``error_result`` turns one into a ``ChunkResult``.
@@ -77,7 +77,8 @@ class SamplingParams:
 
 @dataclass(frozen=True, slots=True)
 class ChunkRequest:
-    """Generate at most ``max_new_tokens`` more tokens of one request.
+    """Generate at most ``max_chunk_tokens`` more tokens of one request, whose whole output
+    may not pass ``max_new_tokens`` (None: the context alone limits it).
 
     ``generated_ids`` are the tokens earlier chunks produced; the engine reuses resident KV
     for them when it has it and re-prefills otherwise. ``weight_version`` None = any.
@@ -85,11 +86,11 @@ class ChunkRequest:
 
     request_id: str
     prompt_ids: tuple[int, ...]
-    max_new_tokens: int
+    max_chunk_tokens: int
     generated_ids: tuple[int, ...] = ()
     params: SamplingParams = field(default_factory=SamplingParams)
     weight_version: int | None = None
-    max_total_new_tokens: int | None = None
+    max_new_tokens: int | None = None
 
     @property
     def num_context_tokens(self) -> int:
@@ -273,14 +274,14 @@ def check_chunk_request(request: ChunkRequest) -> None:
         raise InvalidRequestError(f"request id must be a non-empty string, got {rid!r}")
     if not request.prompt_ids:
         raise InvalidRequestError(f"request {rid!r} has an empty prompt")
-    if request.max_new_tokens <= 0:
+    if request.max_chunk_tokens <= 0:
         raise InvalidRequestError(
-            f"request {rid!r}: max_new_tokens must be > 0, got {request.max_new_tokens}"
+            f"request {rid!r}: max_chunk_tokens must be > 0, got {request.max_chunk_tokens}"
         )
-    total = request.max_total_new_tokens
+    total = request.max_new_tokens
     if total is not None and total <= len(request.generated_ids):
         raise InvalidRequestError(
-            f"request {rid!r}: max_total_new_tokens {total} leaves nothing to generate after "
+            f"request {rid!r}: max_new_tokens {total} leaves nothing to generate after "
             f"{len(request.generated_ids)} generated tokens"
         )
     request.params.validate()

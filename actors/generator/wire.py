@@ -25,11 +25,11 @@ def chunk_request(msg: ChunkAssigned) -> ChunkRequest:
     return ChunkRequest(
         request_id=msg.request_id,
         prompt_ids=msg.prompt_ids,
-        max_new_tokens=msg.max_tokens,
+        max_chunk_tokens=msg.max_chunk_tokens,
         generated_ids=msg.generated_ids,
         params=params,
         weight_version=msg.weight_version,
-        max_total_new_tokens=msg.total_limit,
+        max_new_tokens=msg.max_new_tokens,
     )
 
 

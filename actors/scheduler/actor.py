@@ -327,7 +327,6 @@ class SchedulerActor(Actor):
                 group_id=spec.group_id,
                 request_id=spec.request_id,
                 output_len=output_len,
-                context_len=len(spec.prompt_ids) + output_len,
             )
             self.offer("estimator", 0, done)
             self._group_progress(run, spec.group_id)

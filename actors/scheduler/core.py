@@ -13,8 +13,9 @@ Guarantees:
   loses only the uncommitted chunk.
 - Capacity (policies with ``bounded_by_capacity``): at most ``max_running_per_instance``
   in-flight chunks per instance, and projected KV (last telemetry + prompt + generated +
-  max_tokens of each chunk dispatched since) under ``kv_high_watermark * kv_tokens_total`` -- except
-  that an idle instance always takes one chunk, so the rollout cannot stall on KV.
+  max_chunk_tokens of each chunk dispatched since) under
+  ``kv_high_watermark * kv_tokens_total`` -- except that an idle instance always takes one
+  chunk, so the rollout cannot stall on KV.
 - Chunks: ``min(chunk_size, remaining)`` for chunked policies, all of ``remaining`` otherwise.
 - Requests a policy cannot place now are skipped, not waited on (work-conserving), so pinned
   or KV-heavy requests never block others.
@@ -58,7 +59,7 @@ def _require(ok: bool, rule: str, value: object) -> None:
 @dataclass(slots=True)
 class _Flight:
     instance: int
-    max_tokens: int
+    max_chunk_tokens: int
     kv_need: int
     telemetry: int  # how many load reports its instance had sent when it was dispatched
 
@@ -162,7 +163,7 @@ class SchedulerCore:
         flight = self._flights.get(request_id)
         if flight is None or req.chunk_seq != chunk_seq or req.instance != instance:
             return None
-        return flight.max_tokens
+        return flight.max_chunk_tokens
 
     def on_chunk_finished(
         self,
@@ -184,10 +185,10 @@ class SchedulerCore:
         ):
             self.counters["stale_results"] += 1
             return "stale"
-        if not 0 <= num_new_tokens <= flight.max_tokens:
+        if not 0 <= num_new_tokens <= flight.max_chunk_tokens:
             raise ValueError(
                 f"chunk of {request_id!r} reports {num_new_tokens} new tokens, "
-                f"allowed 0..{flight.max_tokens}"
+                f"allowed 0..{flight.max_chunk_tokens}"
             )
         self._land(request_id)
         req.generated += num_new_tokens
@@ -265,12 +266,14 @@ class SchedulerCore:
     def _try_dispatch(
         self, req: RequestState, bounded: bool, now: float, out: list[Dispatch], *, promoted: bool
     ) -> None:
-        max_tokens = min(self.chunk_size, req.remaining) if self.policy.chunked else req.remaining
-        kv_need = req.prompt_len + req.generated + max_tokens
+        max_chunk_tokens = (
+            min(self.chunk_size, req.remaining) if self.policy.chunked else req.remaining
+        )
+        kv_need = req.prompt_len + req.generated + max_chunk_tokens
         instance = self._place(req, kv_need, bounded)
         if instance is not None:
             kv_need = need_on(req, instance, kv_need, req.prompt_len + req.generated)
-            out.append(self._dispatch(req, instance, max_tokens, kv_need, promoted))
+            out.append(self._dispatch(req, instance, max_chunk_tokens, kv_need, promoted))
 
     def _next_placeable(self, cursor: Key) -> tuple[Key, RequestState] | None:
         """The first waiting request after `cursor` in the policy's order that `_place` would
@@ -372,7 +375,7 @@ class SchedulerCore:
         return (load.num_running, self._homed_kv[load.index] / kv_tokens_total, load.index)
 
     def _dispatch(
-        self, req: RequestState, instance: int, max_tokens: int, kv_need: int, promoted: bool
+        self, req: RequestState, instance: int, max_chunk_tokens: int, kv_need: int, promoted: bool
     ) -> Dispatch:
         self._until_promotion -= 1
         if promoted:
@@ -388,7 +391,7 @@ class SchedulerCore:
         req.status, req.instance = "running", instance
         req.chunk_seq += 1
         self._flights[req.request_id] = _Flight(
-            instance, max_tokens, kv_need, self._telemetry[instance]
+            instance, max_chunk_tokens, kv_need, self._telemetry[instance]
         )
         self._running_on[instance].add(req.request_id)
         self._set_home(req.request_id, instance)
@@ -398,7 +401,7 @@ class SchedulerCore:
         return Dispatch(
             request_id=req.request_id,
             instance=instance,
-            max_tokens=max_tokens,
+            max_chunk_tokens=max_chunk_tokens,
             chunk_seq=req.chunk_seq,
         )
 

@@ -5,7 +5,7 @@ owned by ``SchedulerCore`` (policies read it, never write it). ``InstanceLoad`` 
 telemetry a generator reports; ``ProjectedLoad`` is the core's working view of an instance:
 the last telemetry plus what the core dispatched since (in-flight chunks and their KV).
 ``Dispatch`` is the core's decision: run this request's next chunk there, for at most
-``max_tokens`` new tokens, tagged with ``chunk_seq`` so that a stale result can be told apart.
+``max_chunk_tokens`` new tokens, tagged with ``chunk_seq`` so that a stale result can be told apart.
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ class InstanceLoad:
     """Telemetry from a generator."""
 
     index: int
-    num_running: int  # requests resident and decoding or queued in the engine
+    num_running: int  # requests resident and decoding in the engine
+    num_waiting: int  # requests queued in the engine, not running yet
     kv_tokens_used: int  # KV tokens in use (running + parked)
     kv_tokens_total: int  # KV budget in tokens
     max_running: int  # engine batch slots
@@ -80,7 +81,7 @@ class ProjectedLoad:
 
     ``num_running`` counts the core's own in-flight chunks there (exact: the core sees every
     dispatch and every result); ``kv_tokens_used`` is the last telemetry's figure plus the projected
-    KV (prompt + generated + max_tokens) of chunks dispatched after that telemetry.
+    KV (prompt + generated + max_chunk_tokens) of chunks dispatched after that telemetry.
     """
 
     index: int
@@ -96,9 +97,9 @@ class ProjectedLoad:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Dispatch:
-    """Run ``request_id``'s next chunk on ``instance`` for at most ``max_tokens`` tokens."""
+    """Run ``request_id``'s next chunk on ``instance`` for at most ``max_chunk_tokens`` tokens."""
 
     request_id: str
     instance: int
-    max_tokens: int  # tokens this chunk may generate
+    max_chunk_tokens: int  # tokens this chunk may generate
     chunk_seq: int

@@ -78,7 +78,6 @@ class SampleStream:
             msg.num_ranks,
             msg.group_size,
             iteration=msg.iteration,
-            expected_version=msg.expected_version,
             sampling=SamplingSpec(),  # the layout (and its sampling) comes from the driver
             send_timeout_s=send_timeout_s,
         )

@@ -7,10 +7,11 @@ from transport.messages import ChunkAssigned, LoadInfo, RequestSpec
 
 
 def instance_load(load: LoadInfo) -> InstanceLoad:
-    """A generator's telemetry as the core sees it (engine-queued chunks count as running)."""
+    """A generator's telemetry as the core sees it."""
     return InstanceLoad(
         index=load.instance,
-        num_running=load.num_running + load.num_waiting,
+        num_running=load.num_running,
+        num_waiting=load.num_waiting,
         kv_tokens_used=load.kv_tokens_used,
         kv_tokens_total=load.kv_tokens_total,
         max_running=load.max_running,
@@ -43,8 +44,8 @@ def chunk_assigned(
         chunk_seq=d.chunk_seq,
         prompt_ids=spec.prompt_ids,
         generated_ids=generated,
-        max_tokens=d.max_tokens,
-        total_limit=spec.forced_len or spec.sampling.max_new_tokens,
+        max_chunk_tokens=d.max_chunk_tokens,
+        max_new_tokens=spec.forced_len or spec.sampling.max_new_tokens,
         sampling=spec.sampling,
         weight_version=weight_version,
         group_id=spec.group_id,

@@ -173,9 +173,7 @@ class TrainerActor(ShardReceiver, Actor):
         samples = [train_sample(s) for s in msg.samples]
         sp = msg.sampling
         transform = SamplingTransform(sp.temperature, sp.top_k, sp.top_p)
-        stats = await anyio.to_thread.run_sync(
-            lambda: trainer.step(samples, expected_version=msg.expected_version, sampling=transform)
-        )
+        stats = await anyio.to_thread.run_sync(lambda: trainer.step(samples, sampling=transform))
         start = time.perf_counter()
         await self._publish(trainer)
         stats = {**stats, "publish_s": time.perf_counter() - start}
@@ -206,7 +204,6 @@ class TrainerActor(ShardReceiver, Actor):
         stats = await anyio.to_thread.run_sync(
             lambda: trainer.step_shard(
                 shard.samples,
-                expected_version=msg.expected_version,
                 transform=transform,
                 advantages=shard.advantages,
                 flat_share=shard.flat_share,

@@ -1,14 +1,14 @@
 """GRPOTrainer: the trainer's pure synchronous core (no sockets, no await).
 
-Consumes a list of ``TrainSample`` (one finished rollout request each) and the weight version
-the rollout ran on; updates the model in place with GRPO and emits statistics. The actor shell
-around it receives samples, calls ``step``, then publishes ``state_dict()`` as weight version
-``trainer.version``.
+Consumes a list of ``TrainSample`` (one finished rollout request each); updates the model in
+place with GRPO and emits statistics. The actor shell around it receives samples, calls
+``step``, then publishes ``state_dict()`` as weight version ``trainer.version``. The trainer
+owns the weight version: nobody else keeps a copy; the driver reads it from ``TrainReport``.
 
-Contract of ``step(samples, expected_version=v)``:
+Contract of ``step(samples)``:
 
-- **On-policy is checked, not assumed.** The trainer's weights must be version ``v`` and
-  every chunk of every sample must carry ``v`` (``weight_versions``); otherwise
+- **On-policy is checked, not assumed, here alone.** Every chunk of every sample must carry
+  the trainer's current version ``v`` (the one it published; ``weight_versions``); otherwise
   ``OffPolicyError`` names the first offending request and *nothing* has changed (weights,
   optimiser, RNG, version).
 - **Degenerate groups are skipped.** A group whose rewards are all equal (and none of whose
@@ -131,32 +131,27 @@ class GRPOTrainer:
         """A detached copy of the model's weights (safe to publish while training goes on)."""
         return {name: t.detach().clone() for name, t in self.model.state_dict().items()}
 
-    def check_on_policy(self, samples: Sequence[TrainSample], expected_version: int) -> None:
-        if self.version != expected_version:
-            raise OffPolicyError(
-                f"trainer holds weight version {self.version}, asked to train on samples of "
-                f"version {expected_version}"
-            )
+    def check_on_policy(self, samples: Sequence[TrainSample]) -> None:
+        """Every chunk of every sample was generated with this trainer's current weights."""
         for sample in samples:
             versions = set(sample.weight_versions)
-            if versions != {expected_version}:
+            if versions != {self.version}:
                 raise OffPolicyError(
                     f"off-policy sample refused: request {sample.name} was generated with "
-                    f"weight versions {sorted(versions)}, expected only {expected_version}"
+                    f"weight versions {sorted(versions)}, expected only {self.version}"
                 )
 
     def step(
         self,
         samples: Sequence[TrainSample],
         *,
-        expected_version: int,
         sampling: SamplingTransform | None = None,
     ) -> dict[str, float]:
         """One GRPO update on one rollout's samples; see the module docstring."""
         start = time.perf_counter()
         if not samples:
             raise ValueError("step needs at least one sample")
-        self.check_on_policy(samples, expected_version)
+        self.check_on_policy(samples)
         self.sampling = sampling or SamplingTransform()
         batch = make_batch(samples, self.pad_id)
         rows, num_skipped = self._rows_to_train(samples)

@@ -138,11 +138,10 @@ class DispatchPlan:
     def incomplete_groups(self) -> list[str]:
         return sorted(g for g, s in self._groups.items() if s.num_finished < self.group_size)
 
-    def layout(self, rank: int, expected_version: int, sampling: SamplingSpec) -> ShardLayout:
+    def layout(self, rank: int, sampling: SamplingSpec) -> ShardLayout:
         return ShardLayout(
             iteration=self.iteration,
             rank=rank,
-            expected_version=expected_version,
             request_ids=tuple(self.request_ids[rank]),
             num_samples=tuple(len(ids) for ids in self.request_ids),
             num_tokens=tuple(self.loads),

@@ -47,7 +47,6 @@ class Dispatcher:
         group_size: int,
         *,
         iteration: int,
-        expected_version: int,
         sampling: SamplingSpec,
         role: str = "trainer",
         send_timeout_s: float = 30.0,
@@ -55,7 +54,6 @@ class Dispatcher:
     ) -> None:
         self.mailbox = mailbox
         self.plan = DispatchPlan(num_ranks, group_size, iteration)
-        self.expected_version = expected_version
         self.sampling = sampling
         self.role = role
         self.send_timeout_s = send_timeout_s
@@ -138,10 +136,7 @@ class Dispatcher:
         """Every rank holds its shard, then learns its layout and trains; their reports in
         rank order."""
         await self.end()
-        layouts = [
-            self.plan.layout(rank, self.expected_version, self.sampling)
-            for rank in range(self.plan.num_ranks)
-        ]
+        layouts = [self.plan.layout(rank, self.sampling) for rank in range(self.plan.num_ranks)]
         return await train_layouts(self.mailbox, layouts, self.role, self.train_timeout_s)
 
 

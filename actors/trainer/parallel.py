@@ -53,7 +53,6 @@ class RankedGRPOTrainer(GRPOTrainer):
         self,
         samples: Sequence[TrainSample],
         *,
-        expected_version: int,
         transform: SamplingTransform | None = None,
         advantages: Sequence[float] | None = None,
         flat_share: Sequence[float] | None = None,
@@ -65,7 +64,7 @@ class RankedGRPOTrainer(GRPOTrainer):
         ``flat_share`` marks members of flat groups (1/G each, else 0), skipped like
         ``GRPOTrainer`` skips flat groups."""
         start = time.perf_counter()
-        self._agree_on_policy(samples, expected_version)
+        self._agree_on_policy(samples)
         self.transform = transform or SamplingTransform()
         self.sampling = self.transform  # GRPOTrainer's loss takes logprobs under it
         batch = make_batch(samples, self.pad_id) if samples else None
@@ -140,10 +139,10 @@ class RankedGRPOTrainer(GRPOTrainer):
         """Whether every rank is ok (a collective: every rank must call it)."""
         return float(all_reduce_min(torch.tensor([1.0 if is_ok else 0.0]))) == 1.0
 
-    def _agree_on_policy(self, samples: Sequence[TrainSample], expected_version: int) -> None:
+    def _agree_on_policy(self, samples: Sequence[TrainSample]) -> None:
         error: OffPolicyError | None = None
         try:
-            self.check_on_policy(samples, expected_version)
+            self.check_on_policy(samples)
         except OffPolicyError as exc:
             error = exc
         ok = all_reduce_min(torch.tensor([0.0 if error else 1.0]))

@@ -298,9 +298,7 @@ async def _stream(samples: list[SampleData], offsets: list[float], send: Any) ->
 async def _direct(
     mailbox: Mailbox, ranks: int, it: int, samples: list[SampleData], offsets: list[float]
 ) -> tuple[float, float]:
-    d = Dispatcher(
-        mailbox, ranks, GROUP_SIZE, iteration=it, expected_version=0, sampling=SamplingSpec()
-    )
+    d = Dispatcher(mailbox, ranks, GROUP_SIZE, iteration=it, sampling=SamplingSpec())
 
     async def send(sample: SampleData, is_last: bool) -> None:
         await d.send(sample, last=is_last)  # as the scheduler's stream: the last rides the end

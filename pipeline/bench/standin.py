@@ -4,8 +4,8 @@ For `seer bench scheduler`, which measures the control plane alone (splitter, es
 scheduler and the sockets between them) at request rates a model could not sustain on
 this machine. It speaks the generator's protocol exactly: it consumes `ChunkAssigned`,
 `EndRollout` and `GetLoad`, and answers each `ChunkAssigned` at once with the
-`ChunkFinished` a `GeneratorActor` would send: `max_tokens` made-up tokens (fewer when the
-request's `total_limit` comes first; then the finish reason is "length", else "chunk"),
+`ChunkFinished` a `GeneratorActor` would send: `max_chunk_tokens` made-up tokens (fewer when the
+request's `max_new_tokens` comes first; then the finish reason is "length", else "chunk"),
 one logprob per token, and the instance's `LoadInfo` (nothing running, the requests it
 holds between chunks parked, their context as KV). Nothing is queued, so the scheduler's
 own turnaround is all a rollout's time. It does not sample, verify drafts, take weights
@@ -76,8 +76,8 @@ class InstantGenerator(Actor):
     async def handle_chunk_assigned(self, msg: ChunkAssigned) -> None:
         start = time.time()
         done = len(msg.generated_ids)
-        n = max(0, min(msg.max_tokens, msg.total_limit - done))
-        reason = "chunk" if done + n < msg.total_limit else "length"
+        n = max(0, min(msg.max_chunk_tokens, msg.max_new_tokens - done))
+        reason = "chunk" if done + n < msg.max_new_tokens else "length"
         cached = self._unpark(msg.request_id)  # a chunk that moved here re-prefills
         if reason == "chunk":
             self.parked[msg.request_id] = context = len(msg.prompt_ids) + done + n

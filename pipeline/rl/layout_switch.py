@@ -80,11 +80,12 @@ async def switch_layout(
     layout: Layout,
     model_path: str,
     iteration: int,
+    version: int,
 ) -> tuple[Rollout, RunConfig, float]:
     """The rollout to go on with (the same one when only the generators restarted, else a
-    new one entered on `stack`), its config and the switch's seconds."""
+    new one entered on `stack`), its config and the switch's seconds. `version`: the weight
+    version the trainer last reported (its `TrainReport`); the switch must not move it."""
     start = time.perf_counter()
-    version = rollout.weight_version
     new_cfg = with_layout(cfg, layout)
     if await restart_generators(rollout, rl_topology(new_cfg, model_path)):
         return rollout, new_cfg, time.perf_counter() - start
@@ -95,7 +96,6 @@ async def switch_layout(
     report = await load_on_every_rank(new, cfg.trainer_ranks, folder)
     if report.version != version:
         raise RuntimeError(f"layout switch moved the weight version {version} -> {report.version}")
-    new.weight_version = report.version
     return new, new_cfg, time.perf_counter() - start
 
 
@@ -115,9 +115,12 @@ async def restart_generators(rollout: Rollout, fresh: PipelineConfig) -> bool:
         log.info("layout_switch_full_restart", reason=str(exc))
         return False
     rollout.config = config
-    version = rollout.weight_version
+    versions = set()
     for index in range(generators.count):  # rank 0 publishes; same version, same weights
         reply = await rollout.call_actor("trainer", RepublishWeights(instance=index))
-        if not isinstance(reply, WeightsPublished) or reply.version != version:
-            raise RuntimeError(f"layout switch: generator {index} got {reply}, not v{version}")
+        if not isinstance(reply, WeightsPublished):
+            raise RuntimeError(f"layout switch: generator {index} got {reply}")
+        versions.add(reply.version)
+    if len(versions) > 1:
+        raise RuntimeError(f"layout switch: the new generators got versions {sorted(versions)}")
     return True

@@ -48,7 +48,7 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
         first = 0
         if cfg.resume:  # the trainer restores weights, optimiser, RNG and publishes them
             report = await load_on_every_rank(rollout, cfg.trainer_ranks, cfg.resume)
-            rollout.weight_version, first = report.version, report.iteration + 1
+            first = report.iteration + 1
         curriculum = make_curriculum(cfg, task, Path(cfg.resume) if cfg.resume else None)
         held_out = task.sample_prompts(cfg.eval_prompts, np.random.default_rng([cfg.seed, 10**9]))
         eval_before = None  # (mean reward, success rate)
@@ -62,8 +62,7 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
             if cfg.trainer_ranks > 1 and cfg.dispatch == "direct":
                 stream = stream_spec(
                     task, ids, prompts, iteration=it, num_ranks=cfg.trainer_ranks,
-                    group_size=cfg.group_size, expected_version=rollout.weight_version,
-                    step_credit=cfg.step_credit,
+                    group_size=cfg.group_size, step_credit=cfg.step_credit,
                 )  # fmt: skip
             start = time.perf_counter()
             result = await rollout.generate_with_record(
@@ -90,8 +89,7 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
             reports: list[TrainReport] = []
             if result.stream is not None:  # every rank learns its layout, then one DDP step
                 reports = await train_streamed(
-                    rollout, result.stream, iteration=it, expected_version=rollout.weight_version,
-                    sampling=sampling(cfg, it, task),
+                    rollout, result.stream, iteration=it, sampling=sampling(cfg, it, task),
                 )  # fmt: skip
                 report = reports[0]
             elif cfg.trainer_ranks > 1:  # the driver sends each sample to its rank
@@ -104,13 +102,11 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 step = TrainStep(
                     iteration=it,
                     samples=samples,
-                    expected_version=rollout.weight_version,
                     sampling=sampling(cfg, it, task),
                 )
                 reply = await rollout.call_actor("trainer", step)
                 assert isinstance(reply, TrainReport)
                 report = reply
-            rollout.weight_version = report.version
             metrics = result.metrics()
             row = {
                 "iteration": it,
@@ -147,7 +143,7 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 layout = selector.decide()
                 if layout is not None:
                     rollout, cfg, row["layout_switch_s"] = await switch_layout(
-                        stack, rollout, cfg, layout, model_path, it
+                        stack, rollout, cfg, layout, model_path, it, report.version
                     )
                 row["num_layout_switches"] = selector.num_switches
             rows.append(row)

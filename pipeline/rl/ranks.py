@@ -70,7 +70,6 @@ async def train_across_ranks(
         num_ranks,
         group_size,
         iteration=iteration,
-        expected_version=rollout.weight_version,
         sampling=sampling,
         train_timeout_s=rollout.timeout_s,
     )
@@ -97,7 +96,6 @@ def stream_spec(
     iteration: int,
     num_ranks: int,
     group_size: int,
-    expected_version: int,
     step_credit: bool = False,
 ) -> StreamToRanks:
     """The announcement of a rollout streamed to the ranks (the rollout id is filled in by
@@ -107,7 +105,6 @@ def stream_spec(
         iteration=iteration,
         num_ranks=num_ranks,
         group_size=group_size,
-        expected_version=expected_version,
         task=task.name,
         prompts=tuple(prompt_meta(pid, p) for pid, p in zip(prompt_ids, prompts, strict=True)),
         step_credit=step_credit,
@@ -119,7 +116,6 @@ async def train_streamed(
     summary: StreamSummary,
     *,
     iteration: int,
-    expected_version: int,
     sampling: SamplingSpec,
     silent_after_s: float = 10.0,
 ) -> list[TrainReport]:
@@ -133,7 +129,6 @@ async def train_streamed(
         ShardLayout(
             iteration=iteration,
             rank=rank,
-            expected_version=expected_version,
             request_ids=ids,
             num_samples=sizes,
             num_tokens=summary.num_tokens,

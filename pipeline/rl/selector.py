@@ -8,7 +8,7 @@ uses the same total cores; for SGLang generators that launch their servers the p
 ``LayoutProfile`` holds measured rollout throughput per (layout, context bucket); the best
 layout of a bucket is the one with the highest throughput there. ``ParallelismSelector``
 keeps the running average context length (prompt + output) of the last ``window`` finished
-samples -- the statistic the length estimator keeps, ``average_context_len`` -- and, between
+samples (``average_context_len``, from the rollout results the driver holds) and, between
 iterations, names the bucket's best layout when it differs from the current one. The caller
 restarts the generators with it (``pipeline.rl.loop``), which re-publishes the current weights.
 Pure: no sockets, no clocks.

@@ -9,10 +9,10 @@ as local processes (`mode="local"`), in this event loop (`mode="inprocess"`), as
 (`mode="ray"`) or attaches to actors started elsewhere (`mode="static"`; `launcher_options`
 go to the launcher, e.g. `{"registry": folder}`), and stops them on exit. `generate`
 returns one `Group` per prompt, each with `group_size` samples
-(token ids, logprobs, finish reason, weight versions, timing), and refuses an off-policy
-sample: every chunk of every sample must carry the version last published.
+(token ids, logprobs, finish reason, the weight version of every chunk, timing).
 `update_weights` sends the state dict to every generator in bounded buckets and publishes
-the version.
+the version. The version belongs to the trainer, which checks that its samples are
+on-policy (our trainer raises `OffPolicyError`); `Rollout` keeps no copy of it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import anyio
 import torch
 
 from actors.drafts.options import SpecConfig
-from actors.trainer.core import OffPolicyError as OffPolicyError  # raised by generate()
+from actors.trainer.core import OffPolicyError as OffPolicyError  # raised by the trainer
 from actors.trainer.publish import publish_weights
 from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfig
 from pipeline.launch import Cluster, launch
@@ -161,7 +161,6 @@ class Rollout:
         self.bucket_bytes = bucket_bytes
         self.timeout_s = timeout_s
         self.scheduler_silence_s = scheduler_silence_s
-        self.weight_version = 0
         self.cluster: Cluster | None = None
         self._ids = itertools.count()
         self._stack = contextlib.AsyncExitStack()
@@ -268,16 +267,8 @@ class Rollout:
         return ""
 
     def _groups(self, specs: Sequence[PromptSpec], samples: Sequence[SampleResult]) -> list[Group]:
-        """Samples by prompt; a sample with any chunk not of the published version (or one
-        that mixes versions) is refused."""
-        current = {self.weight_version}
-        stale = [s for s in samples if set(s.weight_versions) != current]
-        if stale:
-            raise OffPolicyError(
-                f"{len(stale)} samples not generated with weight version "
-                f"{self.weight_version} alone (e.g. {stale[0].request_id}: chunk versions "
-                f"{list(stale[0].weight_versions)})"
-            )
+        """Samples by prompt. Each carries the weight version of every chunk; whether they
+        are on-policy is the trainer's to check (it owns the version)."""
         by_prompt: dict[str, list[SampleResult]] = {}
         for s in samples:
             by_prompt.setdefault(s.prompt_id, []).append(s)
@@ -301,4 +292,3 @@ class Rollout:
             num_generators=count,
             bucket_bytes=self.bucket_bytes,
         )
-        self.weight_version = version

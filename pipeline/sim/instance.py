@@ -169,10 +169,6 @@ class SimInstance:
             min(steps * c.rate, c.target - c.done) for c in self.running if not c.pending_prefill
         )
 
-    @property
-    def num_load(self) -> int:
-        return len(self.running) + len(self.waiting)
-
     def enqueue(self, chunk: Chunk) -> None:
         self.waiting.append(chunk)
 

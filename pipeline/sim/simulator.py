@@ -508,7 +508,7 @@ class _Run:
             r = self.index[d.request_id]
             st, spec = self.states[r], self.reqs[r]
             left = spec.output_len - st.generated
-            target = min(d.max_tokens, left)
+            target = min(d.max_chunk_tokens, left)
             chunk = Chunk(
                 request=r,
                 chunk_seq=d.chunk_seq,
@@ -551,7 +551,8 @@ class _Run:
         self._chunk_of.pop(r, None)
         load = InstanceLoad(
             index=inst.index,
-            num_running=inst.num_load,
+            num_running=len(inst.running),
+            num_waiting=len(inst.waiting),
             kv_tokens_used=int(inst.kv_used_at(now)),
             kv_tokens_total=inst.kv_capacity,
             max_running=inst.max_batch,

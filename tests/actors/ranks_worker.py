@@ -95,7 +95,7 @@ def main() -> None:
         transform = SamplingTransform(temperature=temperature)
         t = trainer()
         data = shard(samples(transform), env.rank, env.world_size)
-        stats = t.step_shard(data, expected_version=0, transform=transform)
+        stats = t.step_shard(data, transform=transform)
         results[str(temperature)] = {"state": t.model.state_dict(), "stats": stats}
     torch.save(results, f"{out}-{env.rank}.pt")
     close_ranks()

@@ -74,7 +74,7 @@ def dispatch(
         if adv is not None:
             for r in adv_ranks:
                 buffers[r].add_advantages(adv)
-    shards = [b.take(plan.layout(r, 0, SAMPLING)) for r, b in enumerate(buffers)]
+    shards = [b.take(plan.layout(r, SAMPLING)) for r, b in enumerate(buffers)]
     return plan, shards
 
 
@@ -110,7 +110,7 @@ def test_error_samples_are_dropped_everywhere_and_counted() -> None:
     held = {s.request_id for shard in shards for s in shard.samples}
     assert held == {s.request_id for s in samples} - errors
     assert plan.num_dropped == 2
-    layouts = [plan.layout(r, 0, SAMPLING) for r in range(2)]
+    layouts = [plan.layout(r, SAMPLING) for r in range(2)]
     assert all(lay.num_dropped == 2 and lay.sampling == SAMPLING for lay in layouts)
     kept = [s for s in samples if s.request_id not in errors]  # advantages over the others
     expected = compute_advantages(kept)
@@ -130,7 +130,7 @@ def test_shard_must_match_layout() -> None:
             buffer.add_sample(0, sample_data(s))
         if adv is not None and 0 in ranks:
             buffer.add_advantages(adv)
-    layout = plan.layout(0, 0, SAMPLING)
+    layout = plan.layout(0, SAMPLING)
     lost = layout.request_ids[0]
     del buffer.samples[lost]  # a sample that never arrived
     with pytest.raises(DispatchError, match="1 samples missing"):
@@ -209,7 +209,7 @@ async def test_after_the_last_sample_each_rank_gets_one_end_message_at_once(rank
     mailbox = RecordingRanks(ranks)
     dispatcher = Dispatcher(
         mailbox,  # type: ignore[arg-type]
-        ranks, 4, iteration=0, expected_version=0, sampling=SAMPLING,
+        ranks, 4, iteration=0, sampling=SAMPLING,
     )  # fmt: skip
     for i, s in enumerate(samples):  # the last one is held back for its rank's end
         await dispatcher.send(sample_data(s), last=i == len(samples) - 1)
@@ -227,7 +227,7 @@ async def test_after_the_last_sample_each_rank_gets_one_end_message_at_once(rank
     # the held shards are what the layout path gives: every sample once, make_batch advantages
     _, expected = dispatch(samples, ranks, 4)
     for rank, buffer in enumerate(mailbox.buffers):
-        layout = dispatcher.plan.layout(rank, 0, SAMPLING)
+        layout = dispatcher.plan.layout(rank, SAMPLING)
         assert buffer.take(layout) == expected[rank]
 
 
@@ -247,7 +247,7 @@ def test_shard_end_must_match_what_arrived_and_the_layout_what_was_held() -> Non
         buffer.hold(end(ids))  # s2 never arrived
     assert buffer.hold(end((s1.request_id,))) == len(s1.completion_ids)
     other = ShardLayout(
-        iteration=0, rank=0, expected_version=0, request_ids=ids, num_samples=(2,),
+        iteration=0, rank=0, request_ids=ids, num_samples=(2,),
         num_tokens=(0,), num_dropped=0, sampling=SAMPLING,
     )  # fmt: skip
     with pytest.raises(DispatchError, match="not the shard held"):

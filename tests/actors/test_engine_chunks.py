@@ -101,7 +101,7 @@ def test_stop_token_and_ignore_eos() -> None:
 
 
 def test_length_finish_at_max_total_tokens_and_context() -> None:
-    run = drive(make_engine(), [greedy_request("r", PROMPT, 8, max_total_new_tokens=5)])
+    run = drive(make_engine(), [greedy_request("r", PROMPT, 8, max_new_tokens=5)])
     assert run.results["r"].finish_reason == "length" and len(run.tokens("r")) == 5
     run = drive(make_engine(max_seq_len=10), [greedy_request("r", PROMPT, 8)])
     assert run.results["r"].finish_reason == "length" and len(run.tokens("r")) == 4

@@ -79,8 +79,8 @@ def test_kv_budget_is_never_exceeded(
     [
         (greedy_request("e", [], 4), InvalidRequestError, "empty prompt"),
         (greedy_request("e", [1] * 128, 4), ContextOverflowError, "context holds 128"),
-        (greedy_request("e", [1], 0), InvalidRequestError, "max_new_tokens must be > 0"),
-        (greedy_request("e", [1], -3), InvalidRequestError, "max_new_tokens must be > 0"),
+        (greedy_request("e", [1], 0), InvalidRequestError, "max_chunk_tokens must be > 0"),
+        (greedy_request("e", [1], -3), InvalidRequestError, "max_chunk_tokens must be > 0"),
         (greedy_request("e", [1, 32], 4), TokenOutOfVocabError, "token 32 at index 1"),
         (greedy_request("e", [1], 4, [-1]), TokenOutOfVocabError, "generated token -1"),
         (

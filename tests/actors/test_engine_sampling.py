@@ -115,7 +115,7 @@ def _sample(kind: str, drafts: str, seed0: int) -> tuple[dict[tuple[int, ...], i
             PROMPT,
             LENGTH,
             params=SamplingParams(params.temperature, params.top_k, params.top_p, seed=seed0 + i),
-            max_total_new_tokens=LENGTH,
+            max_new_tokens=LENGTH,
         )
         for i in range(SAMPLES)
     ]

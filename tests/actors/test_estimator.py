@@ -67,18 +67,6 @@ def test_unknown_and_invalid() -> None:
         est.close_group("g")
 
 
-def test_average_context_len() -> None:
-    est = LengthEstimator(100)
-    assert est.average_context_len == 0.0
-    for n in (10, 20, 60):
-        est.on_context(n)
-    assert est.average_context_len == pytest.approx(30.0)
-    windowed = LengthEstimator(100, context_window=2)
-    for n in (10, 20, 60):
-        windowed.on_context(n)
-    assert windowed.average_context_len == pytest.approx(40.0)
-
-
 @given(st.lists(st.integers(0, 500), min_size=1, max_size=16))
 def test_estimate_tracks_max_and_reports_changes(lengths: list[int]) -> None:
     est = LengthEstimator(400)

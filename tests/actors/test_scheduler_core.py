@@ -48,7 +48,7 @@ def test_chunked_respects_slots_and_chunk_size() -> None:
     ds = core.next_dispatches(0.0)
     assert len(ds) == 4 and core.next_dispatches(0.0) == []
     assert sorted(d.instance for d in ds) == [0, 0, 1, 1]
-    assert {d.max_tokens for d in ds} == {16}
+    assert {d.max_chunk_tokens for d in ds} == {16}
     assert core.num_running == 4 and core.num_waiting == 4 and core.counters["dispatches"] == 4
     assert core.on_chunk_finished(ds[0].request_id, ds[0].instance, 1, 16, False, 1.0) == "ok"
     [d] = core.next_dispatches(1.0)
@@ -61,7 +61,7 @@ def test_last_chunk_is_clipped_to_the_generation_limit() -> None:
     [d] = core.next_dispatches(0.0)
     core.on_chunk_finished(d.request_id, d.instance, d.chunk_seq, 48, False, 1.0)
     [d] = core.next_dispatches(1.0)
-    assert (d.max_tokens, d.chunk_seq, core.counters["chunks_moved"]) == (LIMIT - 48, 2, 0)
+    assert (d.max_chunk_tokens, d.chunk_seq, core.counters["chunks_moved"]) == (LIMIT - 48, 2, 0)
     core.on_chunk_finished(d.request_id, d.instance, d.chunk_seq, LIMIT - 48, False, 2.0)
     assert core.is_done and core.request(d.request_id).generated == LIMIT  # limit reached
 
@@ -70,7 +70,14 @@ def test_working_set_admission_reserves_kv_for_growth() -> None:
     core = core_for("divided", num_instances=1, max_running_per_instance=8)
     core.growth_reserve = 16
     core.update_load(
-        InstanceLoad(index=0, num_running=0, kv_tokens_used=0, kv_tokens_total=100, max_running=8)
+        InstanceLoad(
+            index=0,
+            num_running=0,
+            num_waiting=0,
+            kv_tokens_used=0,
+            kv_tokens_total=100,
+            max_running=8,
+        )
     )
     core.add(group("g0", 4, 0), now=0.0)  # prompts of 8, chunks of 16 reserved per member
     # members k: 8k contexts + 16k reserve <= 90  ->  k = 3
@@ -85,7 +92,14 @@ def test_working_set_admission_reserves_kv_for_growth() -> None:
 def test_an_empty_working_set_takes_one_request_whatever_its_size() -> None:
     core = core_for("divided", num_instances=1, max_running_per_instance=8)
     core.update_load(
-        InstanceLoad(index=0, num_running=0, kv_tokens_used=95, kv_tokens_total=10, max_running=8)
+        InstanceLoad(
+            index=0,
+            num_running=0,
+            num_waiting=0,
+            kv_tokens_used=95,
+            kv_tokens_total=10,
+            max_running=8,
+        )
     )
     core.add(group("g0", 2, 0), now=0.0)
     assert len(core.next_dispatches(0.0)) == 1  # no stall; one at a time
@@ -94,7 +108,14 @@ def test_an_empty_working_set_takes_one_request_whatever_its_size() -> None:
 def test_baseline_pins_groups_and_runs_to_completion_unbounded() -> None:
     core = core_for("baseline", max_running_per_instance=1)
     core.update_load(
-        InstanceLoad(index=0, num_running=0, kv_tokens_used=99, kv_tokens_total=100, max_running=1)
+        InstanceLoad(
+            index=0,
+            num_running=0,
+            num_waiting=0,
+            kv_tokens_used=99,
+            kv_tokens_total=100,
+            max_running=1,
+        )
     )
     core.add(group("g0", 3, 0) + group("g1", 3, 3) + group("g2", 2, 6), now=0.0)
     ds = core.next_dispatches(0.0)
@@ -103,7 +124,7 @@ def test_baseline_pins_groups_and_runs_to_completion_unbounded() -> None:
         **dict.fromkeys(["g0-0", "g0-1", "g0-2", "g2-0", "g2-1"], 0),
         **dict.fromkeys(["g1-0", "g1-1", "g1-2"], 1),
     }
-    assert {d.max_tokens for d in ds} == {LIMIT}
+    assert {d.max_chunk_tokens for d in ds} == {LIMIT}
 
 
 def test_results_stale_duplicate_unknown() -> None:
@@ -152,7 +173,14 @@ def test_requeue_instance() -> None:
     assert core.on_chunk_finished(old.request_id, 1, old.chunk_seq, 16, False, 1.0) == "stale"
     assert core.next_dispatches(1.0) == []  # instance 0 full, instance 1 down
     core.update_load(
-        InstanceLoad(index=1, num_running=0, kv_tokens_used=0, kv_tokens_total=999, max_running=2)
+        InstanceLoad(
+            index=1,
+            num_running=0,
+            num_waiting=0,
+            kv_tokens_used=0,
+            kv_tokens_total=999,
+            max_running=2,
+        )
     )
     assert sorted(d.request_id for d in core.next_dispatches(1.0)) == on_1
 
@@ -195,9 +223,9 @@ class Sim:
         for d in core.next_dispatches(self.now):
             assert d.request_id not in self.in_flight, "dispatched twice"
             assert d.request_id not in self.finished, "finished request dispatched"
-            assert d.max_tokens >= 1
+            assert d.max_chunk_tokens >= 1
             if core.policy.chunked:
-                assert d.max_tokens <= core.chunk_size
+                assert d.max_chunk_tokens <= core.chunk_size
             self.in_flight[d.request_id] = d
             load = core.projected_load(d.instance)
             if core.policy.bounded_by_capacity:
@@ -208,7 +236,7 @@ class Sim:
     def answer(self, rid: str) -> None:
         d = self.in_flight.pop(rid)
         r = self.core.request(rid)
-        n = min(d.max_tokens, self.true_len[rid] - r.generated)
+        n = min(d.max_chunk_tokens, self.true_len[rid] - r.generated)
         done = r.generated + n >= self.true_len[rid]
         assert self.core.on_chunk_finished(rid, d.instance, d.chunk_seq, n, done, self.now) == "ok"
         self.old.append(d)
@@ -279,6 +307,7 @@ def test_random_runs_respect_capacity_and_finish(
                 InstanceLoad(
                     index=i,
                     num_running=0,
+                    num_waiting=0,
                     kv_tokens_used=used,
                     kv_tokens_total=total,
                     max_running=4,

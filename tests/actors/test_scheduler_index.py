@@ -79,7 +79,7 @@ def test_indexed_and_plain_cores_dispatch_alike(
     )
     reqs = requests(prompt_lens)
     pending = [[replace(r) for r in reqs] for _ in cores]
-    in_flight: dict[str, tuple[int, int, int]] = {}  # id -> instance, seq, max_tokens
+    in_flight: dict[str, tuple[int, int, int]] = {}  # id -> instance, seq, max_chunk_tokens
     now = 0.0
     for _ in range(data.draw(st.integers(1, 120))):
         now += data.draw(st.sampled_from([0.0, 0.5, 3.0]))
@@ -93,11 +93,11 @@ def test_indexed_and_plain_cores_dispatch_alike(
             a, b = (core.next_dispatches(now) for core in cores)
             assert a == b
             for d in a:
-                in_flight[d.request_id] = (d.instance, d.chunk_seq, d.max_tokens)
+                in_flight[d.request_id] = (d.instance, d.chunk_seq, d.max_chunk_tokens)
         elif op == "answer" and in_flight:
             rid = data.draw(st.sampled_from(sorted(in_flight)))
-            instance, seq, max_tokens = in_flight.pop(rid)
-            n = data.draw(st.integers(0, max_tokens))
+            instance, seq, max_chunk_tokens = in_flight.pop(rid)
+            n = data.draw(st.integers(0, max_chunk_tokens))
             done = data.draw(st.booleans())
             for core in cores:
                 assert core.on_chunk_finished(rid, instance, seq, n, done, now) == "ok"
@@ -107,6 +107,7 @@ def test_indexed_and_plain_cores_dispatch_alike(
             load = InstanceLoad(
                 index=i,
                 num_running=0,
+                num_waiting=0,
                 kv_tokens_used=data.draw(st.integers(0, total)),
                 kv_tokens_total=total,
                 max_running=max_running,

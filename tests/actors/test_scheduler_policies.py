@@ -195,8 +195,22 @@ def test_placement_none_without_capacity_idle_always_fits() -> None:
 
 def test_placement_accepts_telemetry() -> None:
     loads = [
-        InstanceLoad(index=0, num_running=4, kv_tokens_used=10, kv_tokens_total=100, max_running=4),
-        InstanceLoad(index=1, num_running=3, kv_tokens_used=10, kv_tokens_total=100, max_running=4),
+        InstanceLoad(
+            index=0,
+            num_running=4,
+            num_waiting=0,
+            kv_tokens_used=10,
+            kv_tokens_total=100,
+            max_running=4,
+        ),
+        InstanceLoad(
+            index=1,
+            num_running=3,
+            num_waiting=0,
+            kv_tokens_used=10,
+            kv_tokens_total=100,
+            max_running=4,
+        ),
     ]
     assert select_instance(req("a", kv_instance=0), loads, affinity_spread=4) is None
     assert select_instance(req("a", kv_instance=0), loads, affinity_spread=0) == 1

@@ -21,7 +21,7 @@ def test_the_scheduler_scores_as_the_driver_does_after_the_wire() -> None:
     task = get_task("countdown")
     prompts = task.sample_prompts(6, np.random.default_rng(0))
     announce = StreamToRanks(
-        rollout_id="r0", iteration=3, num_ranks=2, group_size=4, expected_version=3,
+        rollout_id="r0", iteration=3, num_ranks=2, group_size=4,
         task="countdown", prompts=tuple(prompt_meta(f"p{i}", p) for i, p in enumerate(prompts)),
     )  # fmt: skip
     got = decode(encode(announce))

@@ -41,7 +41,7 @@ def engine_for(url: str, **sglang: object) -> SGLangEngine:
 
 
 def chunk(rid: str = "r0:g0:s0;", max_new: int = 4) -> ChunkRequest:
-    return ChunkRequest(rid, (1, 2, 3), max_new, params=GREEDY, max_total_new_tokens=16)
+    return ChunkRequest(rid, (1, 2, 3), max_new, params=GREEDY, max_new_tokens=16)
 
 
 async def started(url: str) -> SGLangEngine:

@@ -117,11 +117,11 @@ def test_step_credit_trains_a_located_mistake_alone() -> None:
 def test_flat_group_with_a_located_mistake_is_trained() -> None:
     m = model()
     flat = group(m, rewards=(0.0, 0.0, 0.0, 0.0))
-    stats = GRPOTrainer(model(), lr=1e-2, pad_id=0).step(flat, expected_version=0)
+    stats = GRPOTrainer(model(), lr=1e-2, pad_id=0).step(flat)
     assert stats["num_skipped_groups"] == 1 and stats["num_optimizer_steps"] == 0
     located = [dataclasses.replace(flat[0], error_index=1), *flat[1:]]
     before = completion_logprobs(m, PROMPT, COMPLETIONS[0])
-    stats = GRPOTrainer(m, lr=1e-2, pad_id=0).step(located, expected_version=0)
+    stats = GRPOTrainer(m, lr=1e-2, pad_id=0).step(located)
     after = completion_logprobs(m, PROMPT, COMPLETIONS[0])
     assert stats["num_skipped_groups"] == 0 and stats["num_tokens"] == 1 + 2 + 3 + 1
     assert after[1] < before[1]  # the located mistake was pushed down
@@ -143,7 +143,7 @@ def test_step_moves_logprobs_by_reward() -> None:
     trainer = GRPOTrainer(m, lr=1e-3)
     samples = group(m)
     before = [sum(s.old_logprobs) for s in samples]
-    stats = trainer.step(samples, expected_version=0)
+    stats = trainer.step(samples)
     after = [sum(completion_logprobs(m, PROMPT, c)) for c in COMPLETIONS]
     for b, a, r in zip(before, after, REWARDS, strict=True):
         assert (a > b) if r > 0 else (a < b), (b, a, r)
@@ -161,12 +161,12 @@ def test_off_policy_sample_refused_before_anything_changes() -> None:
     before = weights(m)
     rng = trainer.generator.get_state()
     with pytest.raises(OffPolicyError, match="old-0"):
-        trainer.step(samples + stale, expected_version=0)
-    with pytest.raises(OffPolicyError, match="trainer holds weight version 0"):
-        trainer.step(group(m, version=1), expected_version=1)
+        trainer.step(samples + stale)
+    with pytest.raises(OffPolicyError, match=r"versions \[1\], expected only 0"):
+        trainer.step(group(m, version=1))  # samples of a version the trainer does not hold
     mixed = [dataclasses.replace(samples[0], weight_versions=(0, 1, 0)), *samples[1:]]
     with pytest.raises(OffPolicyError, match=r"g-0 .*versions \[0, 1\]"):
-        trainer.step(mixed, expected_version=0)  # a sample whose chunks mix policies
+        trainer.step(mixed)  # a sample whose chunks mix policies
     assert_weights_equal(before, weights(m))
     assert trainer.version == 0 and not trainer.optimizer.state
     assert torch.equal(rng, trainer.generator.get_state())
@@ -176,7 +176,7 @@ def test_flat_groups_are_skipped() -> None:
     m = model()
     trainer = GRPOTrainer(m, lr=1e-2)
     before = weights(m)
-    stats = trainer.step(group(m, rewards=(1.0,) * 4), expected_version=0)
+    stats = trainer.step(group(m, rewards=(1.0,) * 4))
     assert_weights_equal(before, weights(m))
     assert stats["num_skipped_groups"] == 1 and stats["num_optimizer_steps"] == 0
     assert trainer.version == 1
@@ -185,15 +185,15 @@ def test_flat_groups_are_skipped() -> None:
 def test_micro_batches_accumulate_to_the_full_batch_gradient() -> None:
     a, b = model(), model()
     samples = group(a) + group(a, group_id="h", rewards=(0.0, 1.0, 1.0, 0.5))
-    GRPOTrainer(a, lr=1e-3, micro_batch_size=16).step(samples, expected_version=0)
-    GRPOTrainer(b, lr=1e-3, micro_batch_size=3).step(samples, expected_version=0)
+    GRPOTrainer(a, lr=1e-3, micro_batch_size=16).step(samples)
+    GRPOTrainer(b, lr=1e-3, micro_batch_size=3).step(samples)
     for k, v in a.state_dict().items():
         assert torch.allclose(v, b.state_dict()[k], atol=1e-6), k
 
 
 def _train(trainer: GRPOTrainer, iterations: range) -> None:
-    for i in iterations:
-        trainer.step(group(trainer.model, version=trainer.version), expected_version=i)
+    for _ in iterations:
+        trainer.step(group(trainer.model, version=trainer.version))
 
 
 def test_checkpoint_resume_is_bit_identical(tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ def test_two_rank_step_equals_one_rank_step(tmp_path: Path) -> None:
     ranks = run_ranks(tmp_path, 2)
     results = [r["1.0"] for r in ranks]
     single = w.trainer()
-    stats = single.step(w.samples(), expected_version=0)  # GRPOTrainer.step on all samples
+    stats = single.step(w.samples())  # GRPOTrainer.step on all samples
     reference = single.model.state_dict()
     before = w.model().state_dict()
     for res in results:  # every rank holds the same new weights, equal to the 1-rank step
@@ -71,9 +71,9 @@ def test_two_rank_step_equals_one_rank_step(tmp_path: Path) -> None:
 
     transform = SamplingTransform(temperature=0.7)
     one = w.trainer()
-    one.step_shard(w.samples(transform), expected_version=0, transform=transform)
+    one.step_shard(w.samples(transform), transform=transform)
     plain = w.trainer()
-    plain.step_shard(w.samples(transform), expected_version=0)  # wrong transform: differs
+    plain.step_shard(w.samples(transform))  # wrong transform: differs
     for name, tensor in one.model.state_dict().items():
         torch.testing.assert_close(ranks[1]["0.7"]["state"][name], tensor, rtol=1e-5, atol=1e-6)
     pairs = zip(one.model.state_dict().values(), plain.model.state_dict().values(), strict=True)
@@ -106,8 +106,8 @@ def test_transformed_logprobs_match_the_generator_sampler(
 
 def test_one_rank_shard_step_equals_core_step() -> None:
     a, b = w.trainer(), w.trainer()
-    sa = a.step(w.samples(), expected_version=0)
-    sb = b.step_shard(w.samples(), expected_version=0)
+    sa = a.step(w.samples())
+    sb = b.step_shard(w.samples())
     assert sa["loss"] == pytest.approx(sb["loss"], rel=1e-6)
     for name, tensor in a.model.state_dict().items():
         torch.testing.assert_close(b.model.state_dict()[name], tensor)
@@ -132,8 +132,8 @@ def test_step_credit_with_advantages_given_equals_core_step() -> None:
     given = compute_advantages(located).tolist()  # what the dispatcher sends per group
     share = [1 / sizes[s.group_id] if len(rewards[s.group_id]) == 1 else 0.0 for s in located]
     a, b = w.trainer(), w.trainer()
-    sa = a.step(located, expected_version=0)
-    sb = b.step_shard(located, expected_version=0, advantages=given, flat_share=share)
+    sa = a.step(located)
+    sb = b.step_shard(located, advantages=given, flat_share=share)
     assert sa["num_tokens"] == sb["num_tokens"]
     assert sa["num_skipped_groups"] == sb["num_skipped_groups"] == 1  # g0 (all right) only
     assert sa["loss"] == pytest.approx(sb["loss"], rel=1e-6)
@@ -145,7 +145,7 @@ def test_off_policy_shard_refused_before_anything_changes() -> None:
     t = w.trainer()
     before = {k: v.clone() for k, v in t.model.state_dict().items()}
     with pytest.raises(OffPolicyError):
-        t.step_shard(w.samples(), expected_version=1)
+        t.step_shard([dataclasses.replace(s, weight_versions=(1,)) for s in w.samples()])
     assert t.version == 0
     assert all(torch.equal(before[k], v) for k, v in t.model.state_dict().items())
 

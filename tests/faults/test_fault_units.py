@@ -69,7 +69,7 @@ def _rollout_samples() -> list[TrainSample]:
 
 def _first_ratio(samples: list[TrainSample], transform: SamplingTransform | None) -> float:
     trainer = GRPOTrainer(_clone(tiny_model(seed=3)), lr=1e-3)
-    stats = trainer.step(samples, expected_version=0, sampling=transform)
+    stats = trainer.step(samples, sampling=transform)
     return stats["mean_ratio"]
 
 
@@ -235,9 +235,7 @@ async def test_use_prior_sends_the_prior_when_a_group_opens() -> None:
         await actor.handle_groups_opened(
             GroupsOpened(rollout_id="r1", groups=(group,), generation_limit=50)
         )
-        done = RequestFinished(
-            rollout_id="r1", group_id="g1", request_id="x", output_len=5, context_len=9
-        )
+        done = RequestFinished(rollout_id="r1", group_id="g1", request_id="x", output_len=5)
         await actor.handle_request_finished(done)
         first = await inbox.recv()  # the estimate of the finished group
         assert isinstance(first.msg, EstimateUpdated) and first.msg.estimate == 5

@@ -57,7 +57,7 @@ async def _step_and_hit(cluster: Cluster, sig: signal.Signals) -> tuple[RankLost
     samples = w.samples()
     random.Random(0).shuffle(samples)
     d = Dispatcher(
-        cluster.mailbox, 2, w.GROUP_SIZE, iteration=0, expected_version=0,
+        cluster.mailbox, 2, w.GROUP_SIZE, iteration=0,
         sampling=SamplingSpec(), train_timeout_s=200,
     )  # fmt: skip
     victim = cluster.status[("trainer", 1)].process

@@ -135,15 +135,12 @@ async def test_a_streamed_rollout_fills_every_shard_and_a_dead_rank_fails_it(
     def announce(iteration: int) -> StreamToRanks:
         return stream_spec(
             task, ids, prompts, iteration=iteration, num_ranks=2, group_size=GROUP,
-            expected_version=0,
         )  # fmt: skip
 
     async with Rollout(config, mode="local") as rollout:
         result = await rollout.generate_with_record(specs, GROUP, sampling, stream=announce(0))
         assert result.stream is not None
-        reports = await train_streamed(
-            rollout, result.stream, iteration=0, expected_version=0, sampling=sampling
-        )
+        reports = await train_streamed(rollout, result.stream, iteration=0, sampling=sampling)
         held = [int(r.stats["num_local_samples"]) for r in reports]
         assert held == [len(ids) for ids in result.stream.rank_request_ids]
         assert sum(held) == PROMPTS * GROUP

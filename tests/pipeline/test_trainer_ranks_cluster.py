@@ -43,7 +43,7 @@ def config(tmp_path: Path, ranks: int) -> PipelineConfig:
 def reference_stats(samples: list[TrainSample]) -> dict[str, float]:
     """GRPOTrainer.step in this process on the trainer actors' model and options."""
     t = GRPOTrainer(build_model(ModelOptions(**MODEL)), lr=1e-2, micro_batch_size=3, seed=5)
-    return t.step(samples, expected_version=0)
+    return t.step(samples)
 
 
 @pytest.mark.timeout(240)
@@ -52,7 +52,7 @@ async def test_two_rank_step_equals_one_rank_then_a_rank_dies_mid_dispatch(tmp_p
     random.Random(0).shuffle(samples)  # finishing order
     async with launch_local(config(tmp_path, 2)) as cluster:
         d = Dispatcher(
-            cluster.mailbox, 2, w.GROUP_SIZE, iteration=0, expected_version=0,
+            cluster.mailbox, 2, w.GROUP_SIZE, iteration=0,
             sampling=SamplingSpec(), train_timeout_s=60,
         )  # fmt: skip
         errored = samples[-1].request_id  # ended in error: dropped on every rank
@@ -74,7 +74,7 @@ async def test_two_rank_step_equals_one_rank_then_a_rank_dies_mid_dispatch(tmp_p
 
         # iteration 1: rank 1 dies after half the samples went out
         d = Dispatcher(
-            cluster.mailbox, 2, w.GROUP_SIZE, iteration=1, expected_version=1,
+            cluster.mailbox, 2, w.GROUP_SIZE, iteration=1,
             sampling=SamplingSpec(), send_timeout_s=5, train_timeout_s=30,
         )  # fmt: skip
         fresh = [w.dataclasses_replace_version(s, 1) for s in samples]

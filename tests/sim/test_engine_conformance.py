@@ -67,7 +67,7 @@ def run_engine(case: Case) -> Books:
                 prompt,
                 min(case.chunk, total[rid] - done[rid]),
                 made[rid],
-                max_total_new_tokens=total[rid],
+                max_new_tokens=total[rid],
             )
         )
 

@@ -50,8 +50,8 @@ class EngineRequest:
         if eos_token_id is not None and not params.ignore_eos:
             stops.add(eos_token_id)
         max_len = max_seq_len
-        if request.max_total_new_tokens is not None:
-            max_len = min(max_len, len(request.prompt_ids) + request.max_total_new_tokens)
+        if request.max_new_tokens is not None:
+            max_len = min(max_len, len(request.prompt_ids) + request.max_new_tokens)
         tokens = [*request.prompt_ids, *request.generated_ids]
         seed = request_seed(request.request_id, params.seed)
         return cls(request, tokens, seed, frozenset(stops), max_len)
@@ -63,7 +63,7 @@ class EngineRequest:
     @property
     def budget_left(self) -> int:
         """Tokens this chunk may still emit."""
-        chunk_left = self.request.max_new_tokens - len(self.new_ids)
+        chunk_left = self.request.max_chunk_tokens - len(self.new_ids)
         return min(chunk_left, self.max_len - len(self.tokens))
 
     def append(self, token_ids: list[int], logprobs: list[float]) -> FinishReason | None:
@@ -76,7 +76,7 @@ class EngineRequest:
             return "stop"
         if len(self.tokens) >= self.max_len:
             return "length"
-        if len(self.new_ids) >= self.request.max_new_tokens:
+        if len(self.new_ids) >= self.request.max_chunk_tokens:
             return "chunk"
         return None
 

@@ -100,9 +100,9 @@ def validate_chunk(request: ChunkRequest, context_len: int, weight_version: int)
 def clamp_new_tokens(request: ChunkRequest, context_len: int) -> int:
     """min(chunk budget, total budget left, context left): SGLang refuses a request whose
     input plus `max_new_tokens` passes the context, so the client clamps (verl PR #7207)."""
-    budget = min(request.max_new_tokens, context_len - request.num_context_tokens)
-    if request.max_total_new_tokens is not None:
-        budget = min(budget, request.max_total_new_tokens - len(request.generated_ids))
+    budget = min(request.max_chunk_tokens, context_len - request.num_context_tokens)
+    if request.max_new_tokens is not None:
+        budget = min(budget, request.max_new_tokens - len(request.generated_ids))
     return budget
 
 
@@ -284,7 +284,7 @@ def _finish_reason(
     if kind == "abort":
         return "abort"
     length = request.num_context_tokens + len(tokens)
-    total = request.max_total_new_tokens
+    total = request.max_new_tokens
     if (
         len(tokens) < max_new_tokens  # the server's own limit, not our budget
         or length >= context_len

@@ -1,0 +1,191 @@
+"""The rollout link: driver -> splitter -> scheduler, splitter/scheduler <-> estimator, and
+the scheduler's answer to the driver (samples, records, the streamed layout)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, TypeAlias
+
+from transport.messages.base import Message, Struct
+from transport.messages.records import RolloutRecord
+
+PROMPT_TAIL_TOKENS: Final = 16
+"""How many of a prompt's last tokens `GroupInfo.prompt_tail` carries: the draft store and
+every generator's replicas put them before each sibling's response, so they must agree."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SamplingSpec(Struct):
+    """Sampling for every sample of a rollout; `max_new_tokens` is the generation limit."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    ignore_eos: bool = False
+    max_new_tokens: int = 256
+    stop_token_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptSpec(Struct):
+    """One prompt of a batch. `forced_lens` (benchmarks only): per-sample output lengths
+    the engine stops at with ignore_eos; no scheduling policy but the oracle sees them."""
+
+    prompt_id: str
+    token_ids: tuple[int, ...]
+    forced_lens: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestSpec(Struct):
+    """One sample of one group: exactly one engine request."""
+
+    request_id: str
+    group_id: str
+    prompt_id: str
+    index: int
+    is_probe: bool
+    prompt_ids: tuple[int, ...]
+    sampling: SamplingSpec
+    forced_len: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupInfo(Struct):
+    """`prompt_tail`: the prompt's last tokens, which the draft store puts before every
+    sibling's response so drafts can start at the first response token."""
+
+    group_id: str
+    prompt_id: str
+    size: int
+    prompt_tail: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SampleResult(Struct):
+    """One finished sample. `weight_versions`: the version of every chunk, in order; a
+    sample whose chunks disagree mixes policies and is refused for training."""
+
+    request_id: str
+    group_id: str
+    prompt_id: str
+    index: int
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish_reason: str
+    weight_versions: tuple[int, ...]
+    start_s: float
+    end_s: float
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self.weight_versions)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptBatch(Message):
+    """Driver -> splitter: roll out `group_size` samples of every prompt."""
+
+    rollout_id: str
+    prompts: tuple[PromptSpec, ...]
+    group_size: int
+    sampling: SamplingSpec
+    policy: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupsOpened(Message):
+    """Splitter -> estimator: the groups of a new rollout."""
+
+    rollout_id: str
+    groups: tuple[GroupInfo, ...]
+    generation_limit: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestsAdded(Message):
+    """Splitter -> scheduler: every request of a rollout (one per sample)."""
+
+    rollout_id: str
+    requests: tuple[RequestSpec, ...]
+    policy: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestFinished(Message):
+    """Scheduler -> estimator: a sample is complete."""
+
+    rollout_id: str
+    group_id: str
+    request_id: str
+    output_len: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EstimateUpdated(Message):
+    """Estimator -> scheduler: a group's length estimate changed."""
+
+    rollout_id: str
+    group_id: str
+    estimate: int
+
+
+MetaValue: TypeAlias = (
+    int | float | str | bool | tuple[int, ...] | tuple[float, ...] | tuple[str, ...]
+)
+"""A value of a task prompt's verifier metadata, as it travels to where samples are scored."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptMeta(Struct):
+    """What the verifier needs to score a prompt's samples (a task's `TaskPrompt.meta`)."""
+
+    prompt_id: str
+    meta: dict[str, MetaValue]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamToRanks(Message):
+    """Driver -> scheduler, a call before the rollout starts: score each sample of rollout
+    `rollout_id` where it finishes (task `task`'s verifier, with the prompts' metadata) and
+    send it straight to one of `num_ranks` trainer ranks (Earl's direct dispatch)."""
+
+    rollout_id: str
+    iteration: int
+    num_ranks: int
+    group_size: int
+    task: str
+    prompts: tuple[PromptMeta, ...]
+    step_credit: bool = False  # locate each failed sample's first wrong token (the scorer's)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamSummary(Struct):
+    """What the driver keeps of a streamed rollout: every sample's reward and output length
+    (by request id), and the layout the ranks train on (request ids per rank, in the order
+    sent; tokens per rank; samples that ended in error, never sent)."""
+
+    rewards: dict[str, float]
+    output_lens: dict[str, int]
+    rank_request_ids: tuple[tuple[str, ...], ...]
+    num_tokens: tuple[int, ...]
+    num_dropped: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RolloutFinished(Message):
+    """Scheduler -> driver: every sample, and what the scheduler recorded. A streamed
+    rollout's samples come without tokens and logprobs (they went to the trainer ranks);
+    `stream` then says where."""
+
+    rollout_id: str
+    samples: tuple[SampleResult, ...]
+    record: RolloutRecord
+    stream: StreamSummary | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RolloutFailed(Message):
+    rollout_id: str
+    reason: str
