@@ -1,5 +1,6 @@
 """The trainer: GRPO math (``grpo``), padded batches (``batch``), the synchronous update core
-(``core``) and resumable checkpoints (``checkpoint``)."""
+(``core``), resumable checkpoints (``checkpoint``) and a rank's receiving side of the
+dispatcher (``shard``)."""
 
 from actors.errors import OffPolicyError
 from actors.trainer.batch import TrainBatch, TrainSample, compute_advantages, make_batch
