@@ -90,15 +90,15 @@ def schema_hook() -> Any:
 async def protocol_checks(url: str, context_len: int) -> dict[str, Any]:
     import anyio
 
-    from actors.generator import ChunkRequest, GeneratorOptions, SamplingParams, ServerError
+    from actors.generator import ChunkRequest, SamplingParams, ServerError
     from actors.generator.sglang.engine import SGLangEngine
     from actors.generator.sglang.options import SGLangOptions
+    from actors.model import ModelOptions
 
     hook = schema_hook()
     engine = SGLangEngine(
-        GeneratorOptions(
-            backend="sglang", sglang=SGLangOptions(urls=(url,), context_len=context_len)
-        ),
+        SGLangOptions(urls=(url,), context_len=context_len),
+        ModelOptions(),
         event_hooks={"request": [hook]} if hook is not None else None,
     )
     await engine.start()

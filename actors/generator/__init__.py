@@ -2,7 +2,6 @@
 with its plain data, and the speculation it does around each step. The built-in engine is
 ``actors.generator.builtin``."""
 
-from actors.generator.backends import BACKENDS, build_engine
 from actors.generator.engine import (
     ChunkRequest,
     ChunkResult,
@@ -31,7 +30,7 @@ from actors.generator.errors import (
     TokenOutOfVocabError,
     WeightVersionError,
 )
-from actors.generator.options import GeneratorOptions
+from actors.generator.options import BACKENDS, GeneratorOptions, build_engine
 
 __all__ = [
     "BACKENDS",

@@ -35,7 +35,6 @@ import anyio
 import torch
 
 from actors.base import Actor, ActorContext, Handler
-from actors.generator.backends import build_engine
 from actors.generator.cpus import cores_for, pin_process
 from actors.generator.draft_sync import DraftSync
 from actors.generator.engine import (
@@ -47,7 +46,7 @@ from actors.generator.engine import (
     error_result,
 )
 from actors.generator.errors import EngineError, ServerLostError
-from actors.generator.options import GeneratorOptions
+from actors.generator.options import GeneratorOptions, build_engine
 from actors.generator.speculator import Speculator
 from actors.generator.step_log import StepLog
 from actors.generator.wire import chunk_finished, chunk_request, load_info

@@ -1,20 +1,32 @@
-"""GeneratorOptions: one generator's engine backend, model and speculation settings."""
+"""GeneratorOptions: one generator's engine backend, model and speculation settings; the
+engine backends by name (`BACKENDS`), each built from a config of its own made here.
+
+An engine never sees these options: the built-in `TorchEngine` takes its `EngineConfig`
+(`GeneratorOptions.engine_config`), the `SGLangEngine` its `SGLangOptions` and model. A
+backend's builder takes the options and the generator's index (which server of a list it
+drives) and returns an `Engine` polled in a step loop (builtin) or a `RemoteEngine` whose
+chunks are awaited concurrently (sglang); it imports its heavy dependencies only when called.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from actors.drafts.options import SpecConfig
-from actors.generator.backends import BACKENDS
-from actors.generator.builtin.config import PARKED_EVICTIONS
+from actors.generator.builtin.config import PARKED_EVICTIONS, EngineConfig
 from actors.generator.sglang.options import SGLangOptions
 from actors.model.options import ModelOptions
 from actors.options import check, check_choice, check_positive
 
+if TYPE_CHECKING:
+    from actors.generator.engine import Engine, RemoteEngine
+
 
 @dataclass(frozen=True, kw_only=True)
 class GeneratorOptions:
-    """`backend`: the engine, by name (`actors.generator.backends.BACKENDS`). `model`: the
+    """`backend`: the engine, by name (`actors.generator.options.BACKENDS`). `model`: the
     policy (a TOML sub-table). `max_batch`: requests decoding at once (built-in engine;
     with SGLang, the scheduler's cap of chunks in flight per server). `kv_budget_tokens`:
     KV tokens for running and parked requests together (built-in engine; never exceeded:
@@ -65,3 +77,45 @@ class GeneratorOptions:
             "false unless backend is builtin (SGLang servers place themselves)",
             self.pin_cores,
         )
+
+    def engine_config(self) -> EngineConfig:
+        """The built-in engine's own config, from these options."""
+        return EngineConfig(
+            max_batch=self.max_batch,
+            kv_budget_tokens=self.kv_budget_tokens,
+            max_prefill_tokens=self.max_prefill_tokens,
+            num_threads=self.num_threads,
+            eos_token_id=self.eos_token_id,
+            profile=self.profile,
+            parked_eviction=self.parked_eviction,
+        )
+
+
+def _builtin(options: GeneratorOptions, index: int) -> Engine:
+    from actors.generator.builtin import build_torch_engine
+
+    return build_torch_engine(options.model, options.engine_config())
+
+
+def _sglang(options: GeneratorOptions, index: int) -> RemoteEngine:
+    from actors.generator.sglang.engine import SGLangEngine
+
+    return SGLangEngine(
+        options.sglang,
+        options.model,
+        index,
+        eos_token_id=options.eos_token_id,
+        max_batch=options.max_batch,
+    )
+
+
+BACKENDS: dict[str, Callable[[GeneratorOptions, int], Engine | RemoteEngine]] = {
+    "builtin": _builtin,
+    "sglang": _sglang,
+}
+
+
+def build_engine(options: GeneratorOptions, index: int = 0) -> Engine | RemoteEngine:
+    """The engine `options.backend` names (options are validated: the name exists), for
+    generator `index`."""
+    return BACKENDS[options.backend](options, index)

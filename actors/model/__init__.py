@@ -1,4 +1,6 @@
-"""The tiny Llama-style model shared by the generator and the trainer."""
+"""The tiny Llama-style model shared by the generator and the trainer, with what both sides
+of a weight version agree on: the sampling transform (``sampling``) and the weights'
+publication from the trainer to the generators (``publish``)."""
 
 from actors.model.config import ModelConfig
 from actors.model.layout import BatchLayout, build_layout, causal_mask

@@ -29,6 +29,7 @@ from actors.model.llama import LlamaModel
 
 StrPath = str | PathLike[str]
 _CONFIG_KEY = "seer_model_config"
+HF_FOLDER = "hf"  # the HF folder inside a trainer checkpoint (what `seer serve --model` serves)
 
 
 def save_model(model: LlamaModel, path: StrPath, metadata: Mapping[str, str] | None = None) -> None:
@@ -93,9 +94,7 @@ def read_weights(path: StrPath) -> dict[str, torch.Tensor]:
     return load_state_dict(path)
 
 
-def save_hf_folder(
-    model: LlamaModel, folder: StrPath, *, eos_token_id: int | None = None
-) -> None:
+def save_hf_folder(model: LlamaModel, folder: StrPath, *, eos_token_id: int | None = None) -> None:
     """Write ``model`` as a Hugging Face Llama folder: ``config.json`` and
     ``model.safetensors`` with HF names (``model.`` + ours; ``lm_head.weight`` as is, absent
     when tied). ``load_hf_folder`` / ``read_weights`` read it back bit for bit."""

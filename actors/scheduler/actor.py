@@ -42,11 +42,11 @@ from dataclasses import dataclass, field
 import anyio
 
 from actors.base import Actor, ActorContext, Handler
+from actors.dispatcher.stream import SampleStream, StreamError, load_scorer
 from actors.scheduler.core import SchedulerCore, UnknownRequestError
 from actors.scheduler.options import SchedulerOptions
 from actors.scheduler.policy import make_policy
 from actors.scheduler.runbook import RunBook
-from actors.scheduler.stream import SampleStream, StreamError, load_scorer
 from actors.scheduler.wire import chunk_assigned, instance_load, request_state
 from transport.errors import PeerGone, TransportError
 from transport.messages import (
@@ -464,7 +464,7 @@ class SchedulerActor(Actor):
     def _import_streaming(self) -> None:
         """The scorer's module and the dispatcher (torch) take seconds to import: do it at
         start rather than inside the first streamed rollout."""
-        importlib.import_module("actors.trainer.dispatcher")
+        importlib.import_module("actors.dispatcher.actor")
         try:
             importlib.import_module(self.opts.scorer.partition(":")[0])
         except ImportError as exc:  # a streamed rollout is refused with the reason

@@ -34,14 +34,15 @@ import anyio
 import torch
 
 from actors.base import Actor, ActorContext, Handler
+from actors.errors import DispatchError
 from actors.model import build_model
+from actors.model.publish import publish_to, publish_weights
 from actors.trainer.checkpoint import load_checkpoint, save_checkpoint
 from actors.trainer.core import SamplingTransform
-from actors.trainer.dispatch import DispatchError, ShardBuffer, imbalance
 from actors.trainer.options import TrainerOptions
 from actors.trainer.parallel import RankedGRPOTrainer
-from actors.trainer.publish import publish_to, publish_weights
 from actors.trainer.ranks import RankEnv, close_ranks, init_ranks
+from actors.trainer.shard import ShardBuffer, imbalance
 from actors.trainer.wire import train_sample
 from transport.messages import (
     Ack,

@@ -46,12 +46,11 @@ from actors.model import (
     save_hf_folder,
     save_model,
 )
-from actors.model.weights import StrPath
+from actors.model.weights import HF_FOLDER, StrPath
 from actors.trainer.core import GRPOTrainer
 
 FORMAT = 1
 _MODEL, _STATE, _META = "model.safetensors", "state.pt", "meta.json"
-HF_FOLDER = "hf"
 _NO_EXTRA: Mapping[str, Any] = MappingProxyType({})
 
 

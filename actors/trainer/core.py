@@ -44,8 +44,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from actors.generator.builtin.sampler import transformed_logits
+from actors.errors import OffPolicyError
 from actors.model import LlamaModel
+from actors.model.sampling import transformed_logits
 from actors.trainer.batch import TrainBatch, TrainSample, make_batch
 from actors.trainer.grpo import LengthNorm, grpo_loss, token_logprobs
 
@@ -75,10 +76,6 @@ class SamplingTransform:
         as the generator's sampler records it (a filtered-out target gives -inf)."""
         t = transformed_logits(logits, self.temperature, self.top_k, self.top_p)
         return token_logprobs(t, targets)
-
-
-class OffPolicyError(ValueError):
-    """A sample (or the trainer) is not on the weight version the step was asked to train."""
 
 
 class GRPOTrainer:

@@ -34,13 +34,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from actors.errors import OffPolicyError
 from actors.trainer.batch import TrainBatch, TrainSample, make_batch
-from actors.trainer.core import (
-    _STEP_STATS,
-    GRPOTrainer,
-    OffPolicyError,
-    SamplingTransform,
-)
+from actors.trainer.core import _STEP_STATS, GRPOTrainer, SamplingTransform
 from actors.trainer.ranks import all_reduce_min, all_reduce_sum
 
 

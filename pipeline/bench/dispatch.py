@@ -51,15 +51,10 @@ import numpy as np
 import structlog
 
 from actors.base import ActorContext, Handler, Mailbox
+from actors.dispatcher.actor import Dispatcher, end_shards
+from actors.dispatcher.core import group_advantage_message, imbalance, lpt_assign
 from actors.trainer.actor import TrainerActor
-from actors.trainer.dispatch import (
-    ShardBuffer,
-    group_advantage_message,
-    imbalance,
-    lpt_assign,
-    train_sample_of,
-)
-from actors.trainer.dispatcher import Dispatcher, end_shards
+from actors.trainer.shard import ShardBuffer, train_sample_of
 from transport.messages import (
     Message,
     SampleData,

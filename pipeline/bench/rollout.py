@@ -60,7 +60,7 @@ def bench_generator(quick: bool) -> dict[str, Any]:
 def measure_costs(workload: Workload, gen: dict[str, Any]) -> dict[str, float]:
     """Per-token cost at a full batch, and the longest request's time alone, in-process."""
     opts = build_options(GeneratorOptions, {**gen, "kv_budget_tokens": 1 << 20}, "generator")
-    engine = build_torch_engine(opts)
+    engine = build_torch_engine(opts.model, opts.engine_config())
     full = engine.config.max_batch
     greedy = SamplingParams(temperature=0.0, ignore_eos=True)
     longest = max(((n, p) for p in workload.prompts for n in p.target_lens), key=lambda x: x[0])

@@ -118,7 +118,7 @@ async def per_chunk_cost(gen: dict[str, Any], num: int = 30) -> dict[str, float]
     opts = build_options(GeneratorOptions, generators(gen)["sglang"], "generator")
     greedy = SamplingParams(temperature=0.0, ignore_eos=True)
     prompt = tuple(range(16))
-    local = build_torch_engine(dataclasses.replace(opts, backend="builtin"))
+    local = build_torch_engine(opts.model, opts.engine_config())
     in_process = []
     for i in range(num):
         start = time.perf_counter()
@@ -126,7 +126,9 @@ async def per_chunk_cost(gen: dict[str, Any], num: int = 30) -> dict[str, float]
         while local.has_work():
             local.step()
         in_process.append(time.perf_counter() - start)
-    remote = SGLangEngine(opts)
+    remote = SGLangEngine(
+        opts.sglang, opts.model, eos_token_id=opts.eos_token_id, max_batch=opts.max_batch
+    )
     await remote.start()
     try:
         over_http = []

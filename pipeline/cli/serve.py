@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pipeline.serve import DefaultModel
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -52,6 +56,26 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     return srv
 
 
+def serve_default_model(cache_dir: str = "runs/cache") -> DefaultModel:
+    """What `seer serve` serves without --model: the default task's model as `seer run`
+    builds it (its cached warm start in `cache_dir`, else a random model of that shape),
+    and that task's end-of-sequence token."""
+    from pipeline.rl.config import RunConfig, generator_options
+    from pipeline.serve import DefaultModel
+    from pipeline.tasks import get_task
+    from pipeline.tasks.warmstart import warm_start_path
+
+    cfg = RunConfig(cache_dir=cache_dir)
+    task = get_task(cfg.task)
+    config = generator_options(cfg, task, "").model.config()
+    cached = warm_start_path(
+        task, config, cache_dir=cfg.cache_dir, steps=cfg.warm_start_steps, seed=cfg.seed
+    )
+    return DefaultModel(
+        config=config, warm_start=str(cached), seed=cfg.seed, eos_token_id=task.eos_token_id
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from pipeline.logs import configure_logging
     from pipeline.serve import ServeOptions, serve
@@ -75,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
             step_delay_s=args.step_delay_ms / 1000,
             api_key=args.api_key or "",
             incremental_streaming_output=args.incremental_streaming_output,
+            default_model=serve_default_model(),
         )
     )
     return 0

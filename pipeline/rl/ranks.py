@@ -4,7 +4,7 @@ With `RunConfig.trainer_ranks` > 1 the trainer is R processes (one torch.distrib
 each) and samples reach them by one of two paths (`RunConfig.dispatch`):
 
 - **direct** (default, Earl): the scheduler scores each sample where it finishes and sends it
-  straight to its rank (`actors/scheduler/stream.py`: token-balanced, group advantages when a
+  straight to its rank (`actors/dispatcher/stream.py`: token-balanced, group advantages when a
   group completes, samples that ended in `error` dropped and counted); the driver announces
   the rollout (`stream_spec`) and gets back only rewards, lengths and the layout
   (`StreamSummary`), then `train_streamed` gives every rank its layout and they train.
@@ -28,8 +28,10 @@ from typing import TypeVar
 
 import anyio
 
-from actors.trainer.dispatch import DispatchError, RankLost, sample_data
-from actors.trainer.dispatcher import Dispatcher, train_layouts
+from actors.dispatcher.actor import Dispatcher, train_layouts
+from actors.dispatcher.core import agreed_version, sample_data, streamed_layouts
+from actors.dispatcher.options import DispatcherOptions
+from actors.errors import DispatchError, RankLost
 from actors.trainer.wire import train_sample
 from pipeline.launch import Cluster
 from pipeline.rollout import Rollout
@@ -40,7 +42,6 @@ from transport.messages import (
     LoadCheckpoint,
     Message,
     SamplingSpec,
-    ShardLayout,
     StreamSummary,
     StreamToRanks,
     TrainReport,
@@ -71,7 +72,7 @@ async def train_across_ranks(
         group_size,
         iteration=iteration,
         sampling=sampling,
-        train_timeout_s=rollout.timeout_s,
+        opts=DispatcherOptions(train_timeout_s=rollout.timeout_s),
     )
 
     async def dispatch_and_train() -> list[TrainReport]:
@@ -82,9 +83,7 @@ async def train_across_ranks(
         return await dispatcher.finish()
 
     reports = await watch_ranks(cluster, num_ranks, dispatch_and_train, silent_after_s)
-    versions = {r.version for r in reports}
-    if len(versions) != 1:
-        raise DispatchError(f"trainer ranks disagree on the version after the step: {versions}")
+    agreed_version(reports)
     return reports
 
 
@@ -124,27 +123,13 @@ async def train_streamed(
     cluster = rollout.cluster
     if cluster is None:
         raise RuntimeError("use `async with Rollout(...)` first")
-    sizes = tuple(len(ids) for ids in summary.rank_request_ids)
-    layouts = [
-        ShardLayout(
-            iteration=iteration,
-            rank=rank,
-            request_ids=ids,
-            num_samples=sizes,
-            num_tokens=summary.num_tokens,
-            num_dropped=summary.num_dropped,
-            sampling=sampling,
-        )
-        for rank, ids in enumerate(summary.rank_request_ids)
-    ]
+    layouts = streamed_layouts(summary, iteration, sampling)
 
     async def train() -> list[TrainReport]:
         return await train_layouts(cluster.mailbox, layouts, "trainer", rollout.timeout_s)
 
     reports = await watch_ranks(cluster, len(layouts), train, silent_after_s)
-    versions = {r.version for r in reports}
-    if len(versions) != 1:
-        raise DispatchError(f"trainer ranks disagree on the version after the step: {versions}")
+    agreed_version(reports)
     return reports
 
 

@@ -29,8 +29,8 @@ import anyio
 import torch
 
 from actors.drafts.options import SpecConfig
-from actors.trainer.core import OffPolicyError as OffPolicyError  # raised by the trainer
-from actors.trainer.publish import publish_weights
+from actors.errors import OffPolicyError as OffPolicyError  # raised by the trainer
+from actors.model.publish import publish_weights
 from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfig
 from pipeline.launch import Cluster, launch
 from pipeline.launch.backend import server_start_s

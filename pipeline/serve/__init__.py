@@ -5,6 +5,6 @@ and ``.stop()``); the ``seer serve`` command runs it in the foreground. ``schema
 SGLang's own request/response schema from its wheel for tests.
 """
 
-from pipeline.serve.server import ServeOptions, ServerHandle, serve, start_server
+from pipeline.serve.server import DefaultModel, ServeOptions, ServerHandle, serve, start_server
 
-__all__ = ["ServeOptions", "ServerHandle", "serve", "start_server"]
+__all__ = ["DefaultModel", "ServeOptions", "ServerHandle", "serve", "start_server"]

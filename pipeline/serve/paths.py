@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from actors.trainer.checkpoint import HF_FOLDER
+from actors.model.weights import HF_FOLDER
 
 
 def weights_path(path: str) -> Path:

@@ -8,9 +8,9 @@ picks a free port; the handle (and the command's first line) says which.
 The model: ``model_path`` is a safetensors file saved by ``save_model`` (a warm start, a
 checkpoint's ``model.safetensors``), a Hugging Face Llama/Qwen2 folder (``config.json`` +
 ``*.safetensors``) or a trainer checkpoint folder (its ``hf/`` is served). Without one, the
-default task's model as ``seer run`` builds it: its cached warm start when ``runs/cache``
-holds one, otherwise a fresh random initialisation of that shape (seed 0), which generates
-noise.
+caller's ``DefaultModel``: its warm start when that file exists, otherwise a fresh random
+initialisation of its shape, which generates noise (``seer serve`` gives the default task's
+model as ``seer run`` builds it; the CLI resolves it, this module knows no RL recipe).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import structlog
 import uvicorn
 
 from actors.generator.builtin import EngineConfig, TorchEngine
-from actors.model import LlamaModel, load_hf_folder, load_model
+from actors.model import LlamaModel, ModelConfig, load_hf_folder, load_model
 from actors.model.weights import read_hf_config
 from pipeline.serve.app import ServerInfo, build_app
 from pipeline.serve.auth import BearerAuth
@@ -52,13 +52,27 @@ def health_check_timeout_from_env() -> float:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DefaultModel:
+    """What serves when no model path is given, and the end-of-sequence token of a model
+    that names none: ``warm_start`` (a ``save_model`` file) when it exists, else a random
+    model of shape ``config`` (``seed``); ``eos_token_id`` for a model of
+    ``config.vocab_size`` tokens."""
+
+    config: ModelConfig
+    warm_start: str = ""
+    seed: int = 0
+    eos_token_id: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class ServeOptions:
     """``max_batch`` .. ``max_prefill_tokens``: the engine's (``EngineConfig``);
-    ``eos_token_id`` None = the HF config's, else the default task's when the vocabularies
-    match; ``num_threads`` torch threads (``--tp-size``: intra-op threads split each matmul
-    the way tensor parallelism splits it across GPUs; ``/server_info`` reports it as
-    ``tp_size``); ``step_delay_s`` a pause after every engine step
-    (a latency knob, like SGLang's mock worker's, for tests and fault drills)."""
+    ``eos_token_id`` None = the HF config's, else the default model's when the vocabularies
+    match; ``default_model``: what serves without ``model_path`` (None: a path is needed);
+    ``num_threads`` torch threads (``--tp-size``: intra-op threads split each matmul the way
+    tensor parallelism splits it across GPUs; ``/server_info`` reports it as ``tp_size``);
+    ``step_delay_s`` a pause after every engine step (a latency knob, like SGLang's mock
+    worker's, for tests and fault drills)."""
 
     model_path: str = ""
     host: str = "127.0.0.1"
@@ -68,7 +82,7 @@ class ServeOptions:
     max_prefill_tokens: int = 1024
     num_threads: int = 1
     eos_token_id: int | None = None
-    cache_dir: str = "runs/cache"
+    default_model: DefaultModel | None = None
     log_level: str = "warning"
     step_delay_s: float = 0.0  # sleep after every engine step: slows the server on purpose
     api_key: str = ""  # "" = open; else SGLang's --api-key (Authorization: Bearer <key>)
@@ -154,35 +168,20 @@ def load_serving_model(options: ServeOptions) -> tuple[LlamaModel, int | None, s
     elif path:
         model = load_model(path)
     else:
-        model, path = _default_model(options.cache_dir)
-    if eos is None:
-        eos = _default_task_eos(model.config.vocab_size)
+        model, path = _default_model(options.default_model)
+    default = options.default_model
+    if eos is None and default is not None and default.config.vocab_size == model.config.vocab_size:
+        eos = default.eos_token_id
     return model, eos, path
 
 
-def _default_model(cache_dir: str) -> tuple[LlamaModel, str]:
-    from pipeline.rl.config import RunConfig, generator_options
-    from pipeline.tasks import get_task
-    from pipeline.tasks.warmstart import warm_start_path
-
-    cfg = RunConfig(cache_dir=cache_dir)
-    task = get_task(cfg.task)
-    config = generator_options(cfg, task, "").model.config()
-    cached = warm_start_path(
-        task, config, cache_dir=cfg.cache_dir, steps=cfg.warm_start_steps, seed=cfg.seed
-    )
-    if cached.exists():
-        return load_model(cached), str(cached)
-    log.warning("serve_random_model", reason="no cached warm start", looked_for=str(cached))
-    return LlamaModel.random(config, seed=cfg.seed), ""
-
-
-def _default_task_eos(vocab_size: int) -> int | None:
-    from pipeline.rl.config import RunConfig
-    from pipeline.tasks import get_task
-
-    task = get_task(RunConfig().task)
-    return task.eos_token_id if task.vocab_size == vocab_size else None
+def _default_model(default: DefaultModel | None) -> tuple[LlamaModel, str]:
+    if default is None:
+        raise ValueError("seer serve needs a model path (or ServeOptions.default_model)")
+    if default.warm_start and Path(default.warm_start).exists():
+        return load_model(default.warm_start), default.warm_start
+    log.warning("serve_random_model", reason="no cached warm start", looked_for=default.warm_start)
+    return LlamaModel.random(default.config, seed=default.seed), ""
 
 
 def _build(options: ServeOptions, port: int) -> tuple[EngineBridge, ServerInfo]:

@@ -89,7 +89,7 @@ def _engine(gen: dict[str, Any]) -> TorchEngine:
     opts = build_options(
         GeneratorOptions, {**gen, "kv_budget_tokens": 1 << 20, "profile": False}, "generator"
     )
-    return build_torch_engine(opts)
+    return build_torch_engine(opts.model, opts.engine_config())
 
 
 def staggered(batch: int, ctx: int) -> list[int]:

@@ -54,4 +54,4 @@ class ChunkOnlyEngine:
 def build_chunk_only(options: GeneratorOptions, index: int = 0) -> Engine:
     from actors.generator.builtin import build_torch_engine
 
-    return ChunkOnlyEngine(build_torch_engine(options))
+    return ChunkOnlyEngine(build_torch_engine(options.model, options.engine_config()))

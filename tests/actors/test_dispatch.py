@@ -12,18 +12,11 @@ import numpy as np
 import pytest
 import torch
 
+from actors.dispatcher.actor import Dispatcher
+from actors.dispatcher.core import DispatchPlan, imbalance, lpt_assign, sample_data
+from actors.errors import DispatchError
 from actors.trainer import TrainSample, compute_advantages
-from actors.trainer.dispatch import (
-    DispatchError,
-    DispatchPlan,
-    Shard,
-    ShardBuffer,
-    imbalance,
-    lpt_assign,
-    sample_data,
-    train_sample_of,
-)
-from actors.trainer.dispatcher import Dispatcher
+from actors.trainer.shard import Shard, ShardBuffer, train_sample_of
 from transport.messages import (
     GroupAdvantages,
     Message,

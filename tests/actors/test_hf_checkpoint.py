@@ -20,8 +20,9 @@ from actors.model import (
     save_hf_folder,
     save_model,
 )
+from actors.model.weights import HF_FOLDER
 from actors.trainer import GRPOTrainer
-from actors.trainer.checkpoint import HF_FOLDER, save_checkpoint
+from actors.trainer.checkpoint import save_checkpoint
 
 pytestmark = pytest.mark.timeout(120)
 CFG = ModelConfig(

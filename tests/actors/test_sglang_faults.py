@@ -13,7 +13,6 @@ import pytest
 
 from actors.generator import (
     ChunkRequest,
-    GeneratorOptions,
     SamplingParams,
     ServerError,
     ServerLostError,
@@ -21,6 +20,7 @@ from actors.generator import (
 from actors.generator.sglang.engine import SGLangEngine
 from actors.generator.sglang.launch import free_port
 from actors.generator.sglang.options import SGLangOptions
+from actors.model import ModelOptions
 from tests.actors.bad_server import BadServer
 
 pytestmark = pytest.mark.timeout(60)
@@ -37,7 +37,7 @@ def engine_for(url: str, **sglang: object) -> SGLangEngine:
         **sglang,
     }
     opts = SGLangOptions(urls=(url,), **settings)  # type: ignore[arg-type]
-    return SGLangEngine(GeneratorOptions(backend="sglang", sglang=opts, eos_token_id=6))
+    return SGLangEngine(opts, ModelOptions(), eos_token_id=6)
 
 
 def chunk(rid: str = "r0:g0:s0;", max_new: int = 4) -> ChunkRequest:

@@ -11,7 +11,7 @@ from actors.base import Actor, ActorContext, Handler
 from actors.generator.actor import GeneratorActor
 from actors.generator.engine import ChunkResult
 from actors.trainer.actor import ShardReceiver
-from actors.trainer.dispatch import ShardBuffer
+from actors.trainer.shard import ShardBuffer
 from transport.messages import (
     ChunkFinished,
     Message,

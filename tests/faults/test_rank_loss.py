@@ -18,8 +18,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from actors.trainer.dispatch import RankLost, sample_data
-from actors.trainer.dispatcher import Dispatcher
+from actors.dispatcher.actor import Dispatcher
+from actors.dispatcher.core import sample_data
+from actors.dispatcher.options import DispatcherOptions
+from actors.errors import RankLost
 from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfig
 from pipeline.launch import Cluster, launch_local
 from pipeline.rl.config import free_port
@@ -58,7 +60,7 @@ async def _step_and_hit(cluster: Cluster, sig: signal.Signals) -> tuple[RankLost
     random.Random(0).shuffle(samples)
     d = Dispatcher(
         cluster.mailbox, 2, w.GROUP_SIZE, iteration=0,
-        sampling=SamplingSpec(), train_timeout_s=200,
+        sampling=SamplingSpec(), opts=DispatcherOptions(train_timeout_s=200),
     )  # fmt: skip
     victim = cluster.status[("trainer", 1)].process
     assert victim is not None

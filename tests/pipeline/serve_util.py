@@ -15,6 +15,7 @@ import httpx
 from actors.generator import ChunkRequest, SamplingParams
 from actors.generator.builtin import EngineConfig, TorchEngine
 from actors.model import LlamaModel, ModelConfig, load_model, save_model
+from pipeline.serve import ServeOptions
 from pipeline.serve.schema import validate_generate_request, validate_generate_response
 
 EOS = 258
@@ -27,6 +28,9 @@ TINY = ModelConfig(
     intermediate=128,
     max_context=256,
 )
+
+
+OPTIONS = ServeOptions(eos_token_id=EOS)  # `seer serve` finds this eos for a byte model
 
 
 def save_tiny(path: Path, seed: int = 0) -> Path:

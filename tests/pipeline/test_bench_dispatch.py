@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from actors.trainer.dispatch import DispatchPlan
+from actors.dispatcher.core import DispatchPlan
 from pipeline.bench.dispatch import GROUP_SIZE, make_workload, measure_ranks
 
 

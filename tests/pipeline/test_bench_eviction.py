@@ -14,7 +14,8 @@ from pipeline.bench.eviction import POLICIES, run
 
 def test_the_option_reaches_the_engine_and_sglang_refuses_it() -> None:
     for rule in ("lru", "queue"):
-        engine = build_torch_engine(GeneratorOptions(parked_eviction=rule, max_batch=2))
+        opts = GeneratorOptions(parked_eviction=rule, max_batch=2)
+        engine = build_torch_engine(opts.model, opts.engine_config())
         assert engine.config.parked_eviction == rule
     with pytest.raises(ConfigError, match="parked_eviction"):
         GeneratorOptions(parked_eviction="fifo")

@@ -85,7 +85,7 @@ async def test_weights_update(tmp_path: Path) -> None:
 
 
 def test_tensor_buckets_are_bounded() -> None:
-    from actors.trainer.publish import buckets as _buckets
+    from actors.model.publish import buckets as _buckets
 
     state = {f"w{i}": torch.zeros(1024) for i in range(10)}  # 4 KiB each
     buckets = list(_buckets(state, 10_000))

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from actors.trainer.checkpoint import save_checkpoint
 from pipeline.serve import ServeOptions, ServerHandle, start_server
 from pipeline.serve.schema import SchemaError, validate, validate_generate_request
 from tests.pipeline.serve_util import (
+    OPTIONS,
     CheckedClient,
     engine_greedy,
     greedy_body,
@@ -34,7 +36,7 @@ from tests.pipeline.serve_util import (
 
 pytestmark = pytest.mark.timeout(120)
 PROMPTS = [[257, 7, 258 - 1, 3], [257, 42, 1, 2, 3, 4], [257, 200], [257, 9, 9, 9, 9, 9, 9, 9]]
-SLOW = ServeOptions(step_delay_s=0.02)  # 20 ms per engine step: requests stay in flight
+SLOW = replace(OPTIONS, step_delay_s=0.02)  # 20 ms per engine step: requests stay in flight
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +54,7 @@ def other_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(model_path: Path) -> Iterator[ServerHandle]:
-    with start_server(str(model_path), "127.0.0.1", 0) as handle:
+    with start_server(str(model_path), "127.0.0.1", 0, OPTIONS) as handle:
         yield handle
 
 
@@ -346,7 +348,7 @@ def test_flush_cache_is_refused_while_busy_and_waits_with_timeout(slow: ServerHa
 def test_update_weights_from_disk_changes_outputs_and_version(
     model_path: Path, other_weights: Path, tmp_path: Path
 ) -> None:
-    with start_server(str(model_path), "127.0.0.1", 0) as handle:
+    with start_server(str(model_path), "127.0.0.1", 0, OPTIONS) as handle:
         c = CheckedClient(handle.url)
         prompt = [257, 11, 12]
         [before] = engine_greedy(model_path, [prompt], 8)
@@ -421,7 +423,7 @@ def test_a_client_that_hangs_up_has_its_request_aborted(slow: ServerHandle, stre
 
 
 def test_api_key_guards_everything_but_health(model_path: Path) -> None:
-    options = ServeOptions(api_key="s3cret")
+    options = replace(OPTIONS, api_key="s3cret")
     with start_server(str(model_path), "127.0.0.1", 0, options) as handle:
         c = CheckedClient(handle.url)
         body = greedy_body([257, 1], 2, "k:0#")
@@ -465,7 +467,7 @@ def test_an_unpaused_weight_update_waits_for_running_requests(
 
 def test_incremental_streaming_sends_only_new_tokens(model_path: Path) -> None:
     [tokens] = engine_greedy(model_path, [PROMPTS[3]], 9)
-    options = ServeOptions(incremental_streaming_output=True)
+    options = replace(OPTIONS, incremental_streaming_output=True)
     with start_server(str(model_path), "127.0.0.1", 0, options) as handle:
         c = CheckedClient(handle.url)
         assert c.http.get("/server_info").json()["incremental_streaming_output"] is True
@@ -479,12 +481,13 @@ def test_incremental_streaming_sends_only_new_tokens(model_path: Path) -> None:
 
 
 def test_without_a_model_it_serves_seer_runs_cached_warm_start(tmp_path: Path) -> None:
+    from pipeline.cli.serve import serve_default_model
     from pipeline.rl.config import RunConfig, generator_options
     from pipeline.serve.server import load_serving_model
     from pipeline.tasks import get_task
     from pipeline.tasks.warmstart import warm_start_path
 
-    options = ServeOptions(cache_dir=str(tmp_path))
+    options = ServeOptions(default_model=serve_default_model(str(tmp_path)))
     random_model, eos, source = load_serving_model(options)
     assert source == "" and eos == 258  # no warm start cached: a random model of that shape
     cfg = RunConfig(cache_dir=str(tmp_path))
@@ -496,6 +499,8 @@ def test_without_a_model_it_serves_seer_runs_cached_warm_start(tmp_path: Path) -
     (tmp_path / "other.safetensors").rename(cached)
     model, _, source = load_serving_model(options)
     assert source == str(cached) and model.config.hidden == 64  # the file's, not the shape's
+    with pytest.raises(ValueError, match="needs a model path"):
+        load_serving_model(ServeOptions())  # serve alone knows no default model
 
 
 def test_a_pause_releases_a_weight_update_waiting_for_idle(

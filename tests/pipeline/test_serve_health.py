@@ -18,7 +18,7 @@ import anyio
 import httpx
 import pytest
 
-from actors.generator import ChunkRequest, GeneratorOptions, SamplingParams
+from actors.generator import ChunkRequest, SamplingParams
 from actors.generator.errors import ServerLostError
 from actors.generator.sglang.client import SentRequest
 from actors.generator.sglang.engine import SGLangEngine
@@ -102,10 +102,8 @@ def test_the_health_watch_does_not_count_its_own_pause_as_a_lost_server(
             await anyio.sleep(hold_s)  # the server stays paused meanwhile
 
     opts = SGLangOptions(urls=(quick.url,), health_interval_s=0.05, health_timeout_s=5.0)
-    gen = GeneratorOptions(
-        backend="sglang", sglang=opts, eos_token_id=EOS, model=ModelOptions(path=str(model_path))
-    )
-    engine = SGLangEngine(gen, event_hooks={"request": [hold_the_update]})
+    model = ModelOptions(path=str(model_path))
+    engine = SGLangEngine(opts, model, eos_token_id=EOS, event_hooks={"request": [hold_the_update]})
     outcome: list[object] = []
 
     async def chunk() -> None:

@@ -21,7 +21,7 @@ from pipeline.serve.schema import (
     validate_generate_response,
     wheel_path,
 )
-from tests.pipeline.serve_util import CheckedClient, greedy_body, save_tiny
+from tests.pipeline.serve_util import OPTIONS, CheckedClient, greedy_body, save_tiny
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
     path = save_tiny(tmp_path_factory.mktemp("schema") / "tiny.safetensors")
-    with start_server(str(path), "127.0.0.1", 0) as handle:
+    with start_server(str(path), "127.0.0.1", 0, OPTIONS) as handle:
         yield handle
 
 

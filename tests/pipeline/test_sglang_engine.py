@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from actors.generator import ChunkRequest, GeneratorOptions, SamplingParams
+from actors.generator import ChunkRequest, SamplingParams
 from actors.generator.sglang.client import ReceivedResponse, SentRequest
 from actors.generator.sglang.engine import SGLangEngine
 from actors.generator.sglang.options import SGLangOptions
@@ -41,7 +41,6 @@ def judged(url: str, model: Path) -> tuple[SGLangEngine, dict[str, int]]:
     violation raises inside the call, failing it); counts of each judged."""
     opts = SGLangOptions(urls=(url,), health_interval_s=0.2)
     model_opts = ModelOptions(path=str(model))
-    gen = GeneratorOptions(backend="sglang", sglang=opts, eos_token_id=EOS, model=model_opts)
     judged = {"requests": 0, "responses": 0}
 
     async def on_request(request: SentRequest) -> None:
@@ -56,7 +55,7 @@ def judged(url: str, model: Path) -> tuple[SGLangEngine, dict[str, int]]:
             judged["responses"] += 1
 
     hooks = {"request": [on_request], "response": [on_response]}
-    return SGLangEngine(gen, event_hooks=hooks), judged
+    return SGLangEngine(opts, model_opts, eos_token_id=EOS, event_hooks=hooks), judged
 
 
 async def start(engine: SGLangEngine) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
-from actors.generator import ChunkRequest, GeneratorOptions, SamplingParams
+from actors.generator import ChunkRequest, SamplingParams
 from actors.generator.errors import ServerLostError
 from actors.generator.sglang.client import USER_AGENT
 from actors.generator.sglang.engine import SGLangEngine
@@ -176,13 +176,8 @@ def test_a_server_that_dies_behind_the_router_is_lost_not_an_error(
         try:
             async with running_router([server.url], tmp_path / "router.log") as router_url:
                 opts = SGLangOptions(urls=(server.url,), router_url=router_url)
-                gen = GeneratorOptions(
-                    backend="sglang",
-                    sglang=opts,
-                    eos_token_id=258,
-                    model=ModelOptions(**TINY_MODEL, path=model_path),
-                )
-                engine = SGLangEngine(gen)
+                model = ModelOptions(**TINY_MODEL, path=model_path)
+                engine = SGLangEngine(opts, model, eos_token_id=258)
                 with anyio.fail_after(60):
                     await engine.start()
                     assert len((await engine.generate(req)).token_ids) == 4

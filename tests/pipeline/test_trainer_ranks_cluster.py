@@ -11,10 +11,12 @@ from pathlib import Path
 import anyio
 import pytest
 
+from actors.dispatcher.actor import Dispatcher
+from actors.dispatcher.core import sample_data
+from actors.dispatcher.options import DispatcherOptions
+from actors.errors import DispatchError
 from actors.model import ModelOptions, build_model
 from actors.trainer import GRPOTrainer, TrainSample
-from actors.trainer.dispatch import DispatchError, sample_data
-from actors.trainer.dispatcher import Dispatcher
 from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfig
 from pipeline.launch import launch_local
 from pipeline.rl.config import free_port
@@ -53,7 +55,7 @@ async def test_two_rank_step_equals_one_rank_then_a_rank_dies_mid_dispatch(tmp_p
     async with launch_local(config(tmp_path, 2)) as cluster:
         d = Dispatcher(
             cluster.mailbox, 2, w.GROUP_SIZE, iteration=0,
-            sampling=SamplingSpec(), train_timeout_s=60,
+            sampling=SamplingSpec(), opts=DispatcherOptions(train_timeout_s=60),
         )  # fmt: skip
         errored = samples[-1].request_id  # ended in error: dropped on every rank
         for s in samples:
@@ -75,7 +77,8 @@ async def test_two_rank_step_equals_one_rank_then_a_rank_dies_mid_dispatch(tmp_p
         # iteration 1: rank 1 dies after half the samples went out
         d = Dispatcher(
             cluster.mailbox, 2, w.GROUP_SIZE, iteration=1,
-            sampling=SamplingSpec(), send_timeout_s=5, train_timeout_s=30,
+            sampling=SamplingSpec(),
+            opts=DispatcherOptions(send_timeout_s=5, train_timeout_s=30),
         )  # fmt: skip
         fresh = [w.dataclasses_replace_version(s, 1) for s in samples]
         for s in fresh[: len(fresh) // 2]:

@@ -3,30 +3,16 @@ verification) on the in-process `LlamaModel`. It implements `SpeculativeEngine`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from actors.generator.builtin.config import EngineConfig
 from actors.generator.builtin.draft_tree import DraftTree, validate_draft
 from actors.generator.builtin.profile import StepProfile
 from actors.generator.builtin.torch_engine import TorchEngine
-from actors.model.options import build_model
-
-if TYPE_CHECKING:
-    from actors.generator.options import GeneratorOptions
+from actors.model.options import ModelOptions, build_model
 
 
-def build_torch_engine(options: GeneratorOptions) -> TorchEngine:
-    """A `TorchEngine` on the model `options.model` names, with the options' settings."""
-    config = EngineConfig(
-        max_batch=options.max_batch,
-        kv_budget_tokens=options.kv_budget_tokens,
-        max_prefill_tokens=options.max_prefill_tokens,
-        num_threads=options.num_threads,
-        eos_token_id=options.eos_token_id,
-        profile=options.profile,
-        parked_eviction=options.parked_eviction,
-    )
-    return TorchEngine(build_model(options.model), config)
+def build_torch_engine(model: ModelOptions, config: EngineConfig) -> TorchEngine:
+    """A `TorchEngine` on the model `model` names, with its own `config`."""
+    return TorchEngine(build_model(model), config)
 
 
 __all__ = [

@@ -23,6 +23,8 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from actors.model.sampling import filter_top_k_top_p
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
@@ -98,46 +100,8 @@ def sampling_probs(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     """(N, V) logits -> (N, V) probabilities after temperature, top-k and top-p."""
     scaled = logits / batch.divisor
     if batch.has_filter:
-        scaled = _filter_top_k_top_p(scaled, batch.top_k, batch.top_p)
+        scaled = filter_top_k_top_p(scaled, batch.top_k, batch.top_p)
     return torch.softmax(scaled, dim=-1)
-
-
-def transformed_logits(
-    logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0
-) -> torch.Tensor:
-    """(..., V) logits -> the logits of the distribution one request samples from: divided
-    by the temperature, tokens outside top-k / top-p at -inf (``log_softmax`` of the result
-    is the logprob the sampler records). Temperature 0 (greedy) records the model's own
-    distribution, so the logits come back unchanged. Differentiable in the kept logits (the
-    trainer's new logprobs go through it)."""
-    if temperature == 0:
-        return logits
-    scaled = logits.float() / max(temperature, 1e-5)
-    if top_k <= 0 and top_p >= 1:
-        return scaled
-    flat = scaled.detach().reshape(-1, scaled.shape[-1])  # (N, V)
-    n = flat.shape[0]
-    with torch.no_grad():
-        kept = _filter_top_k_top_p(
-            flat,
-            torch.full((n,), top_k, dtype=torch.long),
-            torch.full((n,), top_p, dtype=torch.float32),
-        ).isfinite()
-    return scaled.masked_fill(~kept.reshape(scaled.shape), float("-inf"))
-
-
-def _filter_top_k_top_p(
-    scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
-) -> torch.Tensor:
-    ordered, order = scaled.sort(dim=-1, descending=True)  # (N, V)
-    ranks = torch.arange(scaled.shape[-1])[None, :]
-    k = torch.where(top_k > 0, top_k, scaled.shape[-1])[:, None]
-    ordered = ordered.masked_fill(ranks >= k, float("-inf"))
-    probs = torch.softmax(ordered, dim=-1)
-    mass_before = probs.cumsum(dim=-1) - probs
-    cut = (mass_before >= top_p[:, None]) & (top_p < 1)[:, None]
-    ordered = ordered.masked_fill(cut, float("-inf"))
-    return torch.empty_like(scaled).scatter_(-1, order, ordered)
 
 
 def choose_tokens(logits: torch.Tensor, batch: SamplingBatch) -> tuple[torch.Tensor, torch.Tensor]:

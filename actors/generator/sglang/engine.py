@@ -37,9 +37,9 @@ import structlog
 
 from actors.generator.engine import ChunkRequest, ChunkResult, EngineCounters, EngineLoad
 from actors.generator.errors import DuplicateRequestError, ServerError, ServerLostError
-from actors.generator.options import GeneratorOptions
 from actors.generator.sglang.client import SGLangClient
 from actors.generator.sglang.launch import ServerProcess, fill_command, free_port
+from actors.generator.sglang.options import SGLangOptions
 from actors.generator.sglang.protocol import (
     chunk_rid,
     clamp_new_tokens,
@@ -51,6 +51,7 @@ from actors.generator.sglang.protocol import (
 )
 from actors.generator.sglang.router import TARGET_HEADER, worker_index
 from actors.generator.sglang.weights import is_hf_folder, model_config_of, write_hf_folder
+from actors.model.options import ModelOptions
 
 log = structlog.get_logger()
 
@@ -58,18 +59,25 @@ log = structlog.get_logger()
 class SGLangEngine:
     def __init__(
         self,
-        options: GeneratorOptions,
+        opts: SGLangOptions,
+        model: ModelOptions,
         index: int = 0,
         *,
+        eos_token_id: int | None = None,
+        max_batch: int = 32,
         event_hooks: Mapping[str, list[Callable[..., Any]]] | None = None,
     ) -> None:
-        """`event_hooks`: observe every request and response (`client.py`; tests, tools)."""
-        self.options = options
+        """Server `index` of `opts`, serving `model`. `eos_token_id`: ends a sequence (None:
+        the server's). `max_batch`: chunks in flight the load reports as this server's cap.
+        `event_hooks`: observe every request and response (`client.py`; tests, tools)."""
+        self.model = model
+        self.eos_token_id = eos_token_id
+        self.max_batch = max_batch
         self.event_hooks = event_hooks
-        self.opts = options.sglang
+        self.opts = opts
         self.index = index
         self.url = self.opts.server_url(index)
-        self.model_config = model_config_of(options.model.path, options.model.config())
+        self.model_config = model_config_of(model.path, model.config())
         self.context_len = self.opts.context_len or self.model_config.max_context
         self.server: ServerProcess | None = None
         self._client: SGLangClient | None = None
@@ -136,14 +144,14 @@ class SGLangEngine:
         log.info("sglang_routed", url=self.url, router=router_url, index=index)
 
     async def _launch(self) -> None:
-        o, model = self.opts, self.options.model
+        o, model = self.opts, self.model
         path = model.path
         if not is_hf_folder(path):  # SGLang loads HF folders: write ours (or a random one)
             from actors.model.options import build_model
 
             state = (await anyio.to_thread.run_sync(build_model, model)).state_dict()
             folder = self._dir() / f"gen{self.index}-initial"
-            eos = self.options.eos_token_id
+            eos = self.eos_token_id
             path = str(
                 await anyio.to_thread.run_sync(
                     write_hf_folder, state, self.model_config, folder, eos
@@ -174,7 +182,7 @@ class SGLangEngine:
             raise ServerLostError(f"server lost: {self._lost}")
         max_new = clamp_new_tokens(request, self.context_len)
         rid = chunk_rid(request.request_id, next(self._serial))
-        body = generate_body(request, rid, max_new, self.options.eos_token_id)
+        body = generate_body(request, rid, max_new, self.eos_token_id)
         scope = anyio.CancelScope()
         self._flights[request.request_id] = (rid, scope)
         self._busy.set()
@@ -193,7 +201,7 @@ class SGLangEngine:
             request,
             max_new_tokens=max_new,
             context_len=self.context_len,
-            eos_token_id=self.options.eos_token_id,
+            eos_token_id=self.eos_token_id,
             weight_version=self._version,
         )
         self._count(request, result)
@@ -227,7 +235,7 @@ class SGLangEngine:
     def load(self) -> EngineLoad:
         in_flight = len(self._flights)
         sums = self._sums or (in_flight, 0, 0, 0, 0)
-        return engine_load(sums, in_flight, self.options.max_batch)
+        return engine_load(sums, in_flight, self.max_batch)
 
     def counters(self) -> EngineCounters:
         return EngineCounters(**self._counts)
@@ -290,7 +298,7 @@ class SGLangEngine:
             folder = self._dir() / f"gen{self.index}-v{version}"
             state = dict(source)  # type: ignore[call-overload]
             written = await anyio.to_thread.run_sync(
-                write_hf_folder, state, self.model_config, folder, self.options.eos_token_id
+                write_hf_folder, state, self.model_config, folder, self.eos_token_id
             )
             path = str(written)
         await self.client.update_weights_from_disk(path, version)

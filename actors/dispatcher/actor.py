@@ -1,17 +1,19 @@
 """Dispatcher: the async shell of ``DispatchPlan``, on the side where samples finish.
 
+It is not an actor process of its own: it runs inside the scheduler (``stream.py``, direct
+dispatch) or the driver (``pipeline.rl.ranks``, the comparison path), over their mailbox.
 ``send(sample)`` assigns the sample to a rank and sends it there at once (one-way, bounded by
-``send_timeout_s``); the rollout's last sample (``last=True``) waits for ``end()`` and goes
-inside its rank's end message. When its group completes, the group's advantages are kept and go out
-with the next sample's send (during the rollout) or, for the last groups, inside the end
-message. ``end()`` sends every rank its ``ShardEnd`` (its request ids and those pending
-advantages) all at once and awaits the ranks' ``ShardHeld`` acks concurrently: after the
-rollout's last sample there is exactly one small message per rank and one round trip, in
-parallel over the ranks. ``finish()`` is ``end()`` and then every rank's ``ShardLayout``
-call (concurrently): the ranks train (data-parallel, gradients all-reduced) and answer with
-their ``TrainReport`` (rank 0's carries the published version). A rank that is gone, a send
-that cannot complete, or a rank whose shard does not match raises ``DispatchError`` naming
-the rank.
+``DispatcherOptions.send_timeout_s``); the rollout's last sample (``last=True``) waits for
+``end()`` and goes inside its rank's end message. When its group completes, the group's
+advantages are kept and go out with the next sample's send (during the rollout) or, for the
+last groups, inside the end message. ``end()`` sends every rank its ``ShardEnd`` (its request
+ids and those pending advantages) all at once and awaits the ranks' ``ShardHeld`` acks
+concurrently: after the rollout's last sample there is exactly one small message per rank and
+one round trip, in parallel over the ranks. ``finish()`` is ``end()`` and then every rank's
+``ShardLayout`` call (concurrently): the ranks train (data-parallel, gradients all-reduced)
+and answer with their ``TrainReport`` (rank 0's carries the published version). A rank that
+is gone, a send that cannot complete, or a rank whose shard does not match raises
+``DispatchError`` naming the rank.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from typing import TypeVar
 import anyio
 
 from actors.base import Mailbox
-from actors.trainer.dispatch import DispatchError, DispatchPlan, imbalance
+from actors.dispatcher.core import DispatchPlan, imbalance
+from actors.dispatcher.options import DispatcherOptions
+from actors.errors import DispatchError
 from transport.errors import TransportError
 from transport.messages import (
     GroupAdvantages,
@@ -48,16 +52,12 @@ class Dispatcher:
         *,
         iteration: int,
         sampling: SamplingSpec,
-        role: str = "trainer",
-        send_timeout_s: float = 30.0,
-        train_timeout_s: float = 600.0,
+        opts: DispatcherOptions | None = None,
     ) -> None:
         self.mailbox = mailbox
         self.plan = DispatchPlan(num_ranks, group_size, iteration)
         self.sampling = sampling
-        self.role = role
-        self.send_timeout_s = send_timeout_s
-        self.train_timeout_s = train_timeout_s
+        self.opts = opts or DispatcherOptions()
         self.pending: list[tuple[GroupAdvantages, list[int]]] = []  # complete groups, unsent
         self.held: list[tuple[int, SampleData]] = []  # (rank, sample): sent with the end
 
@@ -90,11 +90,11 @@ class Dispatcher:
 
     async def _send(self, rank: int, msg: Message) -> None:
         try:
-            with anyio.fail_after(self.send_timeout_s):
-                await self.mailbox.send_to(self.role, rank, msg)
+            with anyio.fail_after(self.opts.send_timeout_s):
+                await self.mailbox.send_to(self.opts.role, rank, msg)
         except (TimeoutError, TransportError) as exc:
             raise DispatchError(
-                f"{type(msg).__name__} to {self.role} rank {rank} failed: {exc or 'timed out'}"
+                f"{type(msg).__name__} to {self.opts.role} rank {rank} failed: {exc or 'timed out'}"
             ) from exc
 
     @property
@@ -129,15 +129,15 @@ class Dispatcher:
             raise DispatchError(f"incomplete groups at the end: {self.plan.incomplete_groups[:5]}")
         ends = self.ends()
         self.pending, self.held = [], []
-        timeout = self.send_timeout_s if timeout_s is None else timeout_s
-        return await end_shards(self.mailbox, ends, self.role, timeout)
+        timeout = self.opts.send_timeout_s if timeout_s is None else timeout_s
+        return await end_shards(self.mailbox, ends, self.opts.role, timeout)
 
     async def finish(self) -> list[TrainReport]:
         """Every rank holds its shard, then learns its layout and trains; their reports in
         rank order."""
         await self.end()
         layouts = [self.plan.layout(rank, self.sampling) for rank in range(self.plan.num_ranks)]
-        return await train_layouts(self.mailbox, layouts, self.role, self.train_timeout_s)
+        return await train_layouts(self.mailbox, layouts, self.opts.role, self.opts.train_timeout_s)
 
 
 async def train_layouts(

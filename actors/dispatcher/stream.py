@@ -1,4 +1,4 @@
-"""SampleStream: Earl's direct dispatch from the scheduler, where samples finish.
+"""SampleStream: Earl's direct dispatch, run inside the scheduler where samples finish.
 
 A rollout the driver announced with `StreamToRanks` gets one `SampleStream`. As each sample
 finishes, the scheduler hands it here: it is scored at once (the task's verifier is a pure
@@ -14,7 +14,8 @@ the rollout finished; a rank that is gone or whose shard does not match raises
 `DispatchError` naming it. `summary` is all the driver gets back: rewards,
 output lengths and the layout, no token arrays.
 
-The trainer package (and with it torch) is imported only when a rollout streams.
+The dispatcher's shell (and with it the trainer's GRPO math and torch) is imported only when a
+rollout streams: the scheduler imports this module at start.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from transport.messages import (
 
 if TYPE_CHECKING:
     from actors.base import Mailbox
-    from actors.trainer.dispatcher import Dispatcher
+    from actors.dispatcher.actor import Dispatcher
 
 Reward = Callable[[str, Mapping[str, Any], Sequence[int], Sequence[int]], float]
 """(prompt id, prompt metadata, prompt token ids, completion token ids) -> reward. A scorer
@@ -68,7 +69,8 @@ class SampleStream:
     def __init__(
         self, mailbox: Mailbox, msg: StreamToRanks, reward: Reward, *, send_timeout_s: float
     ) -> None:
-        from actors.trainer.dispatcher import Dispatcher
+        from actors.dispatcher.actor import Dispatcher
+        from actors.dispatcher.options import DispatcherOptions
 
         self.msg = msg
         self.reward = reward
@@ -79,7 +81,7 @@ class SampleStream:
             msg.group_size,
             iteration=msg.iteration,
             sampling=SamplingSpec(),  # the layout (and its sampling) comes from the driver
-            send_timeout_s=send_timeout_s,
+            opts=DispatcherOptions(send_timeout_s=send_timeout_s),
         )
         self.rewards: dict[str, float] = {}
         self.output_lens: dict[str, int] = {}
@@ -133,7 +135,7 @@ def sample_data(
     error_index: int = -1,
 ) -> SampleData:
     """A finished request as the arrays a trainer rank consumes (prompt + completion)."""
-    from actors.trainer.dispatch import request_arrays  # torch: only when a rollout streams
+    from actors.dispatcher.core import request_arrays  # torch: only when a rollout streams
 
     return request_arrays(
         spec.request_id,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from actors.scheduler.stream import StreamError, load_scorer, sample_data
+from actors.dispatcher.stream import StreamError, load_scorer, sample_data
 from pipeline.tasks import get_task
 from pipeline.tasks.base import TaskPrompt
 from pipeline.tasks.scoring import prompt_meta
