@@ -11,9 +11,6 @@ from pipeline.cli import config_reference
 ROOT = Path(__file__).parents[1]
 REGENERATE = "python -m pipeline.cli.config_reference > docs/configuration.md"
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
-# written on another branch of issue 32 (the simulator's validation method); remove once
-# merged: the link check then requires it like any other page
-PENDING = {"docs/sim-validation-method.md"}
 
 
 def test_every_config_field_has_a_description() -> None:
@@ -46,8 +43,7 @@ def test_every_relative_link_resolves() -> None:
     for page in pages:
         for target in relative_links(page):
             path = (page.parent / target.split("#")[0]).resolve()
-            name = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
-            if not path.exists() and name not in PENDING:
+            if not path.exists():
                 broken.append(f"{page.relative_to(ROOT)} -> {target}")
     assert not broken, broken
 

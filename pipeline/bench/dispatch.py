@@ -35,7 +35,6 @@ the last sample finishes.
 
 from __future__ import annotations
 
-import json
 import logging
 import multiprocessing as mp
 import statistics
@@ -43,7 +42,6 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -55,6 +53,7 @@ from actors.dispatcher.actor import Dispatcher, end_shards
 from actors.dispatcher.core import group_advantage_message, imbalance, lpt_assign
 from actors.trainer.actor import TrainerActor
 from actors.trainer.shard import ShardBuffer, train_sample_of
+from pipeline.records.report import write_results
 from transport.messages import (
     Message,
     SampleData,
@@ -428,6 +427,5 @@ def run(json_path: str | None, quick: bool = False) -> dict[str, Any]:
                 f"{row['centralized_imbalance']:>6.3f}"
             )
     if json_path:
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(json.dumps(result, indent=1))
+        write_results(json_path, result, indent=1)
     return result

@@ -27,21 +27,19 @@ end-of-sequence:
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 import tempfile
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
-from pathlib import Path
 from typing import Any
 
 import anyio
 import numpy as np
 from rich.console import Console
-from rich.table import Table
 
 from actors.drafts.suffix_tree import HAVE_COMPILED_CORE, SuffixTree
 from pipeline.bench.drafts_core import bench_core
+from pipeline.records.report import results_table, write_results
 from pipeline.rl.config import RunConfig, generator_options, options_table, warm_model
 from pipeline.rl.report import LiveReport
 from pipeline.rollout.api import Rollout, rollout_config
@@ -260,8 +258,7 @@ def run(
     }
     _print(console, result)
     if json_path:
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(json.dumps(result, indent=2))
+        write_results(json_path, result)
         console.print(f"wrote {json_path}")
     return result
 
@@ -291,19 +288,22 @@ def _print(console: Console, result: dict[str, Any]) -> None:
         f"suffix tree ({core.get('impl', '?')}): append {core['append_tok_per_s'] / 1e6:.2f}M "
         f"tokens/s, speculate {core['speculate_us']:.1f} us per draft"
     )
-    acc = Table(title="mean acceptance length (bonus included), replayed on the rollouts")
-    for col in ("refs", "paths", "accept len", "vs self-only"):
-        acc.add_column(col, justify="right")
     base = {r["paths"]: r["mean_accept_len"] for r in result["acceptance"] if r["refs"] == 0}
+    acc_rows = []
     for r in result["acceptance"]:
         ratio = r["mean_accept_len"] / base[1] if base.get(1) else 0.0
-        acc.add_row(str(r["refs"]), str(r["paths"]), f"{r['mean_accept_len']:.2f}", f"{ratio:.2f}x")
-    console.print(acc)
-    tab = Table(title="rollout, medians (same prompts and seeds)")
-    for col in ("variant", "tok/s", "vs none", "makespan s", "tail s", "accept len"):
-        tab.add_column(col, justify="right")
-    for name, r in result["rollout"].items():
-        tab.add_row(
+        acc_rows.append(
+            (str(r["refs"]), str(r["paths"]), f"{r['mean_accept_len']:.2f}", f"{ratio:.2f}x")
+        )
+    console.print(
+        results_table(
+            "mean acceptance length (bonus included), replayed on the rollouts",
+            ("refs", "paths", "accept len", "vs self-only"),
+            acc_rows,
+        )
+    )
+    rollout_rows = [
+        (
             name,
             f"{r['throughput_tok_s']:.0f}",
             f"{r['throughput_vs_none']:.2f}x",
@@ -311,7 +311,15 @@ def _print(console: Console, result: dict[str, Any]) -> None:
             f"{r['tail_s']:.2f}",
             f"{r['mean_accept_len']:.2f}",
         )
-    console.print(tab)
+        for name, r in result["rollout"].items()
+    ]
+    console.print(
+        results_table(
+            "rollout, medians (same prompts and seeds)",
+            ("variant", "tok/s", "vs none", "makespan s", "tail s", "accept len"),
+            rollout_rows,
+        )
+    )
     same = "yes" if result["identical_samples"] else "NO"
     console.print(f"samples identical across variants (lossless, coupled sampling): {same}")
     for name, diff in result.get("differing_samples", {}).items():

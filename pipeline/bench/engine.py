@@ -18,20 +18,18 @@ Model: a random 3.3M-parameter Llama (hidden 256, 4 layers, 4 heads, vocab 256),
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
-from pathlib import Path
 from typing import TypedDict
 
 import torch
 from rich.console import Console
-from rich.table import Table
 
 from actors.generator import ChunkRequest, Draft, SamplingParams
 from actors.generator.builtin import EngineConfig, StepProfile, TorchEngine
 from actors.model import LlamaModel, ModelConfig
 from pipeline.bench import hf_generate
+from pipeline.records.report import results_table, write_results
 
 BENCH_MODEL = ModelConfig(
     vocab_size=256,
@@ -92,8 +90,7 @@ def run(json_path: str | None = None, quick: bool = False, threads: int = 1) -> 
         "spec_grid": [row for rows in grid for row in rows],
     }
     if json_path:
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(json.dumps(result, indent=2))
+        write_results(json_path, result)
     return result
 
 
@@ -206,33 +203,40 @@ def _print(
     console = Console()
     if decode[0]["hf_generate_tokens_per_s"] is None:
         console.print("transformers is not installed: engine alone, no ratio to HF generate")
-    table = Table(title=f"decode ({new_tokens} new tokens, {threads} thread, this run)")
-    for col in ("batch", "engine tok/s", "HF generate tok/s", "engine / HF"):
-        table.add_column(col, justify="right")
+    decode_rows = []
     for row in decode:
         hf, ratio = row["hf_generate_tokens_per_s"], row["speedup_over_hf"]
-        table.add_row(
-            str(row["batch"]),
-            f"{row['tokens_per_s']:.0f}",
-            f"{hf:.0f}" if hf else "-",
-            f"{ratio:.2f}x" if ratio else "-",
+        decode_rows.append(
+            (
+                str(row["batch"]),
+                f"{row['tokens_per_s']:.0f}",
+                f"{hf:.0f}" if hf else "-",
+                f"{ratio:.2f}x" if ratio else "-",
+            )
         )
-    console.print(table)
-    table = Table(title="verify step (ms) by batch and draft length g, context 128")
-    table.add_column("batch", justify="right")
-    for g in profile.draft_lens:
-        table.add_column(f"g={int(g)}", justify="right")
-    for b in profile.batches:
-        table.add_row(
+    console.print(
+        results_table(
+            f"decode ({new_tokens} new tokens, {threads} thread, this run)",
+            ("batch", "engine tok/s", "HF generate tok/s", "engine / HF"),
+            decode_rows,
+        )
+    )
+    verify_rows = [
+        (
             str(int(b)),
             *(f"{1e3 * profile.seconds(int(b), int(g)):.2f}" for g in profile.draft_lens),
         )
-    console.print(table)
-    table = Table(title="perfect drafts vs none (greedy), best draft length per batch")
-    for col in ("batch", "draft len", "speed-up", "steps", "baseline steps", "same output"):
-        table.add_column(col, justify="right")
-    for r in best:
-        table.add_row(
+        for b in profile.batches
+    ]
+    console.print(
+        results_table(
+            "verify step (ms) by batch and draft length g, context 128",
+            ("batch", *(f"g={int(g)}" for g in profile.draft_lens)),
+            verify_rows,
+        )
+    )
+    best_rows = [
+        (
             str(r["batch"]),
             str(r["draft_len"]),
             f"{r['speedup']:.2f}x",
@@ -240,4 +244,12 @@ def _print(
             str(r["baseline_steps"]),
             str(r["outputs_match"]),
         )
-    console.print(table)
+        for r in best
+    ]
+    console.print(
+        results_table(
+            "perfect drafts vs none (greedy), best draft length per batch",
+            ("batch", "draft len", "speed-up", "steps", "baseline steps", "same output"),
+            best_rows,
+        )
+    )

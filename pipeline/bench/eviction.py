@@ -19,7 +19,6 @@ median over seeds of the makespan ratio queue / lru on the same seed's workload.
 
 from __future__ import annotations
 
-import json
 import statistics
 import tempfile
 from pathlib import Path
@@ -30,9 +29,10 @@ from rich.console import Console
 from rich.table import Table
 
 from actors.generator.builtin.config import PARKED_EVICTIONS
-from pipeline.bench.rollout import bench_generator, run_policies
 from pipeline.records.metrics import compute_metrics
+from pipeline.records.report import results_table, write_results
 from pipeline.records.workload import Workload, make_workload
+from pipeline.rollout.live import bench_generator, run_policies
 from transport.messages import RolloutRecord
 
 __all__ = ["run"]
@@ -93,8 +93,7 @@ def run(
     summary.update(generator=gen, chunk_size=chunk_size, quick=quick)
     console.print(_table(summary))
     out = Path(json_path) if json_path else Path(tempfile.mkdtemp()) / "eviction-bench.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(summary, indent=2))
+    write_results(out, summary)
     console.print(f"wrote {out}")
     return summary
 
@@ -133,21 +132,9 @@ def summarize(runs: dict[str, dict[str, list[RolloutRecord]]], seeds: int) -> di
 
 
 def _table(summary: dict[str, Any]) -> Table:
-    t = Table(
-        title=f"seer bench eviction (medians over {summary['seeds']} seeds; 2 CPU generators)"
-    )
-    for c in (
-        "policy",
-        "lru makespan s",
-        "queue makespan s",
-        "queue / lru",
-        "re-prefilled lru / queue",
-        "preemptions lru / queue",
-    ):
-        t.add_column(c, justify="right")
     lru, queue = summary["variants"]["lru"], summary["variants"]["queue"]
-    for policy in POLICIES:
-        t.add_row(
+    rows = [
+        (
             policy,
             f"{lru[policy]['median_makespan_s']:.2f}",
             f"{queue[policy]['median_makespan_s']:.2f}",
@@ -156,5 +143,18 @@ def _table(summary: dict[str, Any]) -> Table:
             f"{queue[policy]['median_reprefilled_tokens']:,.0f}",
             f"{lru[policy]['median_preemptions']:.0f} / {queue[policy]['median_preemptions']:.0f}",
         )
-    t.caption = "queue / lru: the median over seeds of each seed's ratio (the same workload)"
-    return t
+        for policy in POLICIES
+    ]
+    return results_table(
+        f"seer bench eviction (medians over {summary['seeds']} seeds; 2 CPU generators)",
+        (
+            "policy",
+            "lru makespan s",
+            "queue makespan s",
+            "queue / lru",
+            "re-prefilled lru / queue",
+            "preemptions lru / queue",
+        ),
+        rows,
+        caption="queue / lru: the median over seeds of each seed's ratio (the same workload)",
+    )

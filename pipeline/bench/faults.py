@@ -42,7 +42,8 @@ from typing import Any
 
 import tomli_w
 from rich.console import Console
-from rich.table import Table
+
+from pipeline.records.report import results_table, write_results
 
 FREEZE_S = 8.0
 STALL_S = 60.0
@@ -340,11 +341,8 @@ def run(
     with console.status("fuzz"):
         frames = fuzz_frames if fuzz_frames is not None else (200 if quick else 2000)
         summary["fuzz"] = fuzz_summary(frames)
-    table = Table(title=f"seer bench faults: {len(reference)} iterations x 8 prompts x 4")
-    for col in ("fault", "signal", "outcome", "samples lost", "detect s", "error"):
-        table.add_column(col)
-    for name, r in summary["faults"].items():
-        table.add_row(
+    rows = [
+        (
             name,
             r["signal"],
             r["outcome"],
@@ -352,10 +350,13 @@ def run(
             "-" if r["detect_s"] is None else f"{r['detect_s']:.2f}",
             r.get("error", ""),
         )
-    console.print(table)
+        for name, r in summary["faults"].items()
+    ]
+    columns = ("fault", "signal", "outcome", "samples lost", "detect s", "error")
+    title = f"seer bench faults: {len(reference)} iterations x 8 prompts x 4"
+    console.print(results_table(title, columns, rows, justify="left"))
     console.print(f"fuzz: {summary['fuzz']}")
     if json_path:
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(json.dumps(summary, indent=2))
+        write_results(json_path, summary)
         console.print(f"wrote {json_path}")
     return summary

@@ -20,15 +20,14 @@ tp 2. Throughput then includes the HTTP hop; each layout's servers start before 
 
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
 from typing import Any
 
 import anyio
 import numpy as np
 
 from pipeline.launch.backend import SEER_SERVE_COMMAND
+from pipeline.records.report import write_results
 from pipeline.rl.selector import Layout, LayoutProfile, ProfileRow, layouts_for
 from pipeline.rollout import Rollout
 from pipeline.rollout.api import rollout_config
@@ -123,6 +122,5 @@ def run(json_path: str | None, quick: bool = False, backend: str = "builtin") ->
             f"{ctx:>6}  {result['choice'][c]:>6}  {result['worst'][c]:>5}  {result['gain'][c]:.2f}x"
         )
     if json_path:
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(json.dumps(result, indent=1))
+        write_results(json_path, result, indent=1)
     return result

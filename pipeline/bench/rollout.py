@@ -7,13 +7,12 @@ generator processes with a small KV budget) runs `baseline`, `divided`, `context
 and `oracle` on the same prompts, seeds and model, interleaved and repeated (3 times by
 default; the table and JSON report medians). Before that, the same model runs in this
 process to measure the per-token costs the lower bound needs: the full-batch cost (steps
-with every slot decoding) and the longest request alone.
+with every slot decoding) and the longest request alone. The live topology and the
+bench generator are shared with `seer sim validate` (``pipeline.rollout.live``).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import statistics
 import tempfile
 import time
@@ -29,32 +28,13 @@ from actors.generator.builtin import build_torch_engine
 from pipeline.config import build_options
 from pipeline.records.metrics import compute_metrics
 from pipeline.records.plot import plot_timeline
+from pipeline.records.report import results_table, write_results
 from pipeline.records.trace import load_trace, save_trace
 from pipeline.records.workload import Workload, describe, make_workload, workload_from_trace
-from pipeline.rollout.api import Rollout, rollout_config
-from transport.messages import PromptSpec, RolloutRecord, SamplingSpec
+from pipeline.rollout.live import POLICIES, bench_generator, run_policies
+from transport.messages import RolloutRecord
 
-POLICIES = ("baseline", "divided", "context_aware", "oracle")
-
-
-def bench_generator(quick: bool) -> dict[str, Any]:
-    model = {
-        "hidden": 128,
-        "num_layers": 4,
-        "num_heads": 4,
-        "num_kv_heads": 4,
-        "intermediate": 344,
-        "max_context": 1024,
-    }
-    return {
-        "model": model,
-        "max_batch": 16 if quick else 32,
-        "kv_budget_tokens": 2048 if quick else 6144,
-        "num_threads": 1,
-        # each generator on a core of its own: live makespans spread half as much over
-        # seeds on this 2-core host (actors/generator/cpus.py)
-        "pin_cores": True,
-    }
+__all__ = ["POLICIES", "bench_generator", "measure_costs", "run", "run_policies", "summarize"]
 
 
 def measure_costs(workload: Workload, gen: dict[str, Any]) -> dict[str, float]:
@@ -82,58 +62,6 @@ def measure_costs(workload: Workload, gen: dict[str, Any]) -> dict[str, float]:
         "longest_alone_s": time.perf_counter() - start,
         "longest_len": longest[0],
     }
-
-
-async def run_policies(
-    workload: Workload,
-    gen: dict[str, Any],
-    chunk_size: int,
-    policies: tuple[str, ...],
-    console: Console,
-    repeats: int = 1,
-    ready_timeout_s: float | None = None,
-    temperature: float = 1.0,
-    streams: dict[str, dict[str, tuple[int, ...]]] | None = None,
-) -> dict[str, list[RolloutRecord]]:
-    """Every policy's rollouts of ``workload`` on one topology. ``temperature``: the
-    samples' (the bench model is random: at 1.0 siblings share no text; at a few hundredths
-    they repeat each other as RL siblings do, so grouped drafts have something to find);
-    ``streams``: filled with each policy's output tokens by request id (its last
-    repeat's)."""
-    prompts = [
-        PromptSpec(prompt_id=p.prompt_id, token_ids=p.token_ids, forced_lens=p.target_lens)
-        for p in workload.prompts
-    ]
-    sampling = SamplingSpec(
-        temperature=temperature,
-        seed=workload.seed,
-        ignore_eos=True,
-        max_new_tokens=workload.max_new_tokens,
-    )
-    # scheduling alone: random-model text gives drafts nothing to find (`seer bench drafts`)
-    gen = {"spec": {"mode": "off"}, **gen}
-    config = rollout_config(num_generators=2, chunk_size=chunk_size, generator=gen)
-    if ready_timeout_s is not None:  # a loaded machine starts actors slowly
-        config = dataclasses.replace(config, ready_timeout_s=ready_timeout_s)
-    records: dict[str, list[RolloutRecord]] = {name: [] for name in policies}
-    async with Rollout(config) as rollout:
-        await rollout.generate(
-            [p.token_ids for p in prompts[:2]], 2, SamplingSpec(max_new_tokens=8, ignore_eos=True)
-        )  # warm up both generators
-        for r in range(repeats):  # interleaved, so drift on the machine hits every policy
-            for name in policies:
-                with console.status(f"rollout {r + 1}/{repeats} under {name}"):
-                    result = await rollout.generate_with_record(
-                        prompts, workload.group_size, sampling, policy=name
-                    )
-                record = result.record
-                records[name].append(record)
-                if streams is not None:
-                    streams[name] = {
-                        s.request_id: s.token_ids for g in result.groups for s in g.samples
-                    }
-                console.print(f"{name} #{r + 1}: {record.makespan_s:.2f} s")
-    return records
 
 
 def lower_bound(record: RolloutRecord, busy_timeline: list[list[list[float]]]) -> float:
@@ -189,7 +117,6 @@ def summarize(records: dict[str, list[RolloutRecord]], costs: dict[str, float]) 
 
 
 def _table(summary: dict[str, Any]) -> Table:
-    table = Table(title="seer bench rollout (2 generator processes, same workload; medians)")
     cols = (
         "policy",
         "makespan s",
@@ -202,10 +129,8 @@ def _table(summary: dict[str, Any]) -> Table:
         "moved",
         "efficiency",
     )
-    for c in cols:
-        table.add_column(c, justify="right")
-    for name, p in summary["policies"].items():
-        table.add_row(
+    rows = [
+        (
             name,
             f"{p['makespan_s']:.2f}",
             f"{p['throughput_tok_s']:.0f}",
@@ -217,7 +142,10 @@ def _table(summary: dict[str, Any]) -> Table:
             str(p["chunks_moved"]),
             f"{p['efficiency']:.2f}",
         )
-    return table
+        for name, p in summary["policies"].items()
+    ]
+    title = "seer bench rollout (2 generator processes, same workload; medians)"
+    return results_table(title, cols, rows)
 
 
 def run(
@@ -263,6 +191,6 @@ def run(
     trace_path = folder / "rollout-trace.json"
     summary["trace"] = str(save_trace(median_runs[policies[-1]], trace_path))
     json_path = json_path or str(folder / "rollout-bench.json")
-    Path(json_path).write_text(json.dumps(summary, indent=2, default=float))
+    write_results(json_path, summary, default=float)
     console.print(f"wrote {json_path}, {summary['timeline_png']}, {summary['trace']}")
     return summary

@@ -32,7 +32,6 @@ Reported per N (JSON `{"instances": {"2": {...}, "8": {...}, "32": {...}}}`):
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import statistics
 import time
@@ -46,6 +45,7 @@ from rich.table import Table
 
 from pipeline.bench.standin import KIND
 from pipeline.launch import Cluster
+from pipeline.records.report import results_table, write_results
 from pipeline.rollout.api import Rollout, rollout_config
 from transport.messages import PromptSpec, RolloutRecord, SamplingSpec
 
@@ -162,8 +162,8 @@ async def measure(num_generators: int, num_prompts: int, repeats: int) -> dict[s
 
 
 def _table(summary: dict[str, Any]) -> Table:
-    table = Table(
-        title=f"seer bench scheduler (stand-in generators answer at once; medians of "
+    title = (
+        f"seer bench scheduler (stand-in generators answer at once; medians of "
         f"{summary['repeats']}; load {summary['loadavg_before'][0]:.2f})"
     )
     cols = (
@@ -176,10 +176,8 @@ def _table(summary: dict[str, Any]) -> Table:
         "sched CPU us/chunk",
         "gens CPU us/chunk",
     )
-    for c in cols:
-        table.add_column(c, justify="right")
-    for n, m in summary["instances"].items():
-        table.add_row(
+    rows = [
+        (
             n,
             str(m["num_chunks"]),
             f"{m['wall_s']:.2f}",
@@ -189,7 +187,9 @@ def _table(summary: dict[str, Any]) -> Table:
             f"{m['sched_cpu_us_per_chunk']:.0f}",
             f"{m['gen_cpu_us_per_chunk']:.0f}",
         )
-    return table
+        for n, m in summary["instances"].items()
+    ]
+    return results_table(title, cols, rows)
 
 
 def run(
@@ -227,7 +227,6 @@ def run(
     summary["loadavg_after"] = list(os.getloadavg())
     console.print(_table(summary))
     if json_path:
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(json.dumps(summary, indent=2))
+        write_results(json_path, summary)
         console.print(f"wrote {json_path}")
     return summary

@@ -33,6 +33,7 @@ import torch
 from actors.generator import ChunkRequest, SamplingParams
 from actors.generator.builtin import EngineConfig, TorchEngine
 from actors.model import LlamaModel, load_model, save_model
+from pipeline.records.report import write_results
 
 VARIANTS = ("engine", "http", "http_stream")
 MAX_BATCH = 64
@@ -144,8 +145,7 @@ def run(
     result = _summary(samples, num_prompts, new_tokens, repeats)
     _print(result)
     if json_path:
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(json.dumps(result, indent=1))
+        write_results(json_path, result, indent=1)
     return result
 
 

@@ -20,7 +20,6 @@ process, measured one at a time on idle engines before the rollouts.
 from __future__ import annotations
 
 import dataclasses
-import json
 import tempfile
 from pathlib import Path
 from typing import Any, Literal
@@ -30,9 +29,11 @@ from rich.console import Console
 from rich.table import Table
 
 from actors.generator.options import GeneratorOptions
-from pipeline.bench.rollout import POLICIES, bench_generator, measure_costs, summarize
+from pipeline.bench.rollout import measure_costs, summarize
+from pipeline.records.report import results_table, write_results
 from pipeline.records.workload import Workload, describe, make_workload
 from pipeline.rollout.api import Rollout, rollout_config
+from pipeline.rollout.live import POLICIES, bench_generator
 from transport.messages import PromptSpec, RolloutRecord, SamplingSpec
 
 BACKENDS = ("torch", "sglang")
@@ -167,8 +168,7 @@ def paired(records: dict[str, dict[str, list[RolloutRecord]]]) -> dict[str, dict
 
 
 def _table(out: dict[str, Any]) -> Table:
-    table = Table(title="seer bench rollout --backend sglang (2 generators each; medians)")
-    for c in (
+    cols = (
         "policy",
         "torch tok/s",
         "sglang tok/s",
@@ -177,22 +177,25 @@ def _table(out: dict[str, Any]) -> Table:
         "spread torch / sglang",
         "torch tail s",
         "sglang tail s",
-    ):
-        table.add_column(c, justify="right")
+    )
     t, s = out["backend"]["torch"]["policies"], out["backend"]["sglang"]["policies"]
+    rows = []
     for name in t:
         pair = out["paired"][name]
-        table.add_row(
-            name,
-            f"{t[name]['throughput_tok_s']:.0f}",
-            f"{s[name]['throughput_tok_s']:.0f}",
-            f"{out['sglang_over_torch'][name]:.2f}x",
-            f"{pair['median']:.2f}x ({pair['min']:.2f}-{pair['max']:.2f})",
-            f"{pair['makespan_spread']['torch']:.0%} / {pair['makespan_spread']['sglang']:.0%}",
-            f"{t[name]['tail_s']:.2f}",
-            f"{s[name]['tail_s']:.2f}",
+        rows.append(
+            (
+                name,
+                f"{t[name]['throughput_tok_s']:.0f}",
+                f"{s[name]['throughput_tok_s']:.0f}",
+                f"{out['sglang_over_torch'][name]:.2f}x",
+                f"{pair['median']:.2f}x ({pair['min']:.2f}-{pair['max']:.2f})",
+                f"{pair['makespan_spread']['torch']:.0%} / {pair['makespan_spread']['sglang']:.0%}",
+                f"{t[name]['tail_s']:.2f}",
+                f"{s[name]['tail_s']:.2f}",
+            )
         )
-    return table
+    title = "seer bench rollout --backend sglang (2 generators each; medians)"
+    return results_table(title, cols, rows)
 
 
 def run(
@@ -246,7 +249,6 @@ def run(
     }
     console.print(_table(out))
     path = Path(json_path or Path(tempfile.mkdtemp()) / "rollout-sglang-bench.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=2, default=float))
+    write_results(path, out, default=float)
     console.print(f"wrote {path}")
     return out

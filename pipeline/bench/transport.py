@@ -13,18 +13,17 @@ receiver in separate processes over ipc, repeated and reported as medians:
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import statistics
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import anyio
 import numpy as np
 import zmq
 
+from pipeline.records.report import results_table, write_results
 from transport.codec import encode
 from transport.messages import Ping, Pong, TensorBlob
 from transport.sockets import ZmqTransport
@@ -196,7 +195,6 @@ def _pct(values: list[float], q: float) -> float:
 
 def run(json_path: str | None = None, quick: bool = False) -> dict[str, Any]:
     from rich.console import Console
-    from rich.table import Table
 
     console = Console()
     repeats, n_small, k_tensor, n_rtt = (1, 5_000, 3, 500) if quick else (3, 100_000, 10, 5_000)
@@ -238,33 +236,30 @@ def run(json_path: str | None = None, quick: bool = False) -> dict[str, Any]:
             "transport": "ipc",
         },
     }
-    table = Table(title="seer bench transport (medians; ipc; sender and receiver in 2 processes)")
-    for col in ("measure", "ours", "raw pyzmq", "ours / raw"):
-        table.add_column(col, justify="right")
-    table.add_row(
-        "small msgs/s", f"{ours_rate:,.0f}", f"{raw_rate:,.0f}", f"{ours_rate / raw_rate:.2f}"
-    )
-    table.add_row(
-        "round trip p50 (us)",
-        f"{_pct(rtt_ours, 50):.0f}",
-        f"{_pct(rtt_raw, 50):.0f}",
-        f"{_pct(rtt_ours, 50) / _pct(rtt_raw, 50):.2f}",
-    )
-    table.add_row(
-        "round trip p99 (us)",
-        f"{_pct(rtt_ours, 99):.0f}",
-        f"{_pct(rtt_raw, 99):.0f}",
-        f"{_pct(rtt_ours, 99) / _pct(rtt_raw, 99):.2f}",
-    )
-    table.add_row(
-        f"{TENSOR_MIB} MiB tensor MB/s",
-        f"{ours_bw:,.0f}",
-        f"{raw_bw:,.0f}",
-        f"{ours_bw / raw_bw:.2f}",
-    )
-    console.print(table)
+    rows = [
+        ("small msgs/s", f"{ours_rate:,.0f}", f"{raw_rate:,.0f}", f"{ours_rate / raw_rate:.2f}"),
+        (
+            "round trip p50 (us)",
+            f"{_pct(rtt_ours, 50):.0f}",
+            f"{_pct(rtt_raw, 50):.0f}",
+            f"{_pct(rtt_ours, 50) / _pct(rtt_raw, 50):.2f}",
+        ),
+        (
+            "round trip p99 (us)",
+            f"{_pct(rtt_ours, 99):.0f}",
+            f"{_pct(rtt_raw, 99):.0f}",
+            f"{_pct(rtt_ours, 99) / _pct(rtt_raw, 99):.2f}",
+        ),
+        (
+            f"{TENSOR_MIB} MiB tensor MB/s",
+            f"{ours_bw:,.0f}",
+            f"{raw_bw:,.0f}",
+            f"{ours_bw / raw_bw:.2f}",
+        ),
+    ]
+    title = "seer bench transport (medians; ipc; sender and receiver in 2 processes)"
+    console.print(results_table(title, ("measure", "ours", "raw pyzmq", "ours / raw"), rows))
     if json_path:
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(json.dumps(result, indent=2))
+        write_results(json_path, result)
         console.print(f"wrote {json_path}")
     return result

@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -34,6 +32,7 @@ from rich.table import Table
 
 from actors.scheduler import ContextAware, Policy
 from pipeline.records.metrics import compute_metrics
+from pipeline.records.report import results_table, write_results
 from pipeline.sim.costmodel import CostModel
 from pipeline.sim.seer import POLICIES as SEER_POLICIES
 from pipeline.sim.simulator import SimConfig, SimRequest, simulate
@@ -193,15 +192,13 @@ def run(
     result["wall_s"] = time.perf_counter() - start
     console.print(_table(result))
     if json_path:
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(json.dumps(result, indent=2))
+        write_results(json_path, result)
         console.print(f"wrote {json_path}")
     return result
 
 
 def _table(result: dict[str, Any]) -> Table:
-    t = Table(title="seer sim gap (SIMULATED): context-aware against the oracle, by cause")
-    for c in (
+    cols = (
         "workload",
         "policy",
         "tok/s",
@@ -212,21 +209,24 @@ def _table(result: dict[str, Any]) -> Table:
         "critical: len",
         "first start s",
         "waits s",
-    ):
-        t.add_column(c, justify="right")
+    )
+    rows = []
     for name, w in result["workloads"].items():
         for pol, p in w["policies"].items():
             c = p["critical"]
-            t.add_row(
-                name,
-                pol,
-                f"{p['throughput_tok_s']:.0f}",
-                f"{p.get('of_oracle', float('nan')):.3f}",
-                f"{p['tail_s']:.0f}",
-                str(p["preemptions"]),
-                f"{p['num_recomputed_tokens'] / 1e6:.2f}M",
-                str(c["output_len"]),
-                f"{c['first_start_s']:.0f}",
-                f"{c['waits_between_chunks_s']:.0f}",
+            rows.append(
+                (
+                    name,
+                    pol,
+                    f"{p['throughput_tok_s']:.0f}",
+                    f"{p.get('of_oracle', float('nan')):.3f}",
+                    f"{p['tail_s']:.0f}",
+                    str(p["preemptions"]),
+                    f"{p['num_recomputed_tokens'] / 1e6:.2f}M",
+                    str(c["output_len"]),
+                    f"{c['first_start_s']:.0f}",
+                    f"{c['waits_between_chunks_s']:.0f}",
+                )
             )
-    return t
+    title = "seer sim gap (SIMULATED): context-aware against the oracle, by cause"
+    return results_table(title, cols, rows)

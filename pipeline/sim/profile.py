@@ -457,7 +457,7 @@ def cached_table(
 def run(
     json_path: str, quick: bool = False, gen: dict[str, Any] | None = None, twin: bool = True
 ) -> dict[str, Any]:
-    from pipeline.bench.rollout import bench_generator
+    from pipeline.rollout.live import bench_generator
 
     gen = gen or bench_generator(quick)
     table = profile_engine(gen, **grid(quick, twin))

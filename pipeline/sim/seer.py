@@ -20,7 +20,6 @@ and per stretch, not per token.
 from __future__ import annotations
 
 import dataclasses
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ from rich.table import Table
 
 from pipeline.records.metrics import compute_metrics
 from pipeline.records.plot import plot_timeline
+from pipeline.records.report import results_table, write_results
 from pipeline.sim.acceptance import measure_acceptance
 from pipeline.sim.costmodel import CostModel
 from pipeline.sim.simulator import SimConfig, simulate
@@ -173,11 +173,11 @@ def run(
     folder = Path(json_path).parent if json_path else Path(tempfile.mkdtemp())
     folder.mkdir(parents=True, exist_ok=True)
     out = Path(json_path) if json_path else folder / "sim-seer.json"
-    out.write_text(json.dumps(result, indent=2))  # first: the plot of a big run takes a while
+    write_results(out, result)  # first: the plot of a big run takes a while
     result["timeline_png"] = str(
         plot_timeline(timelines, folder / "sim-seer-timeline.png", color_by="length")
     )
-    out.write_text(json.dumps(result, indent=2))
+    write_results(out, result)
     console.print(f"wrote {out} and {result['timeline_png']}")
     return result
 
@@ -193,8 +193,7 @@ def _first_lanes(record: RolloutRecord) -> RolloutRecord:
 
 
 def _table(result: dict[str, Any]) -> Table:
-    t = Table(title="seer sim seer (SIMULATED: 32 x H200 cost tables, Seer's workload statistics)")
-    for c in (
+    cols = (
         "workload",
         "policy",
         "tok/s",
@@ -203,19 +202,22 @@ def _table(result: dict[str, Any]) -> Table:
         "tail s",
         "preempt",
         "accept len",
-    ):
-        t.add_column(c, justify="right")
+    )
+    rows = []
     for name, w in result["workloads"].items():
         for pol, p in w["policies"].items():
             paper = w["seer_published"].get(pol)
-            t.add_row(
-                name,
-                pol,
-                f"{p['throughput_tok_s']:.0f}",
-                f"{w['ratios'].get(pol, float('nan')):.2f}x",
-                f"{paper:.2f}x" if paper else ("1.00x" if pol == "baseline" else "-"),
-                f"{p['tail_s']:.0f}",
-                str(p["preemptions"]),
-                f"{p['mean_accept_len']:.2f}",
+            rows.append(
+                (
+                    name,
+                    pol,
+                    f"{p['throughput_tok_s']:.0f}",
+                    f"{w['ratios'].get(pol, float('nan')):.2f}x",
+                    f"{paper:.2f}x" if paper else ("1.00x" if pol == "baseline" else "-"),
+                    f"{p['tail_s']:.0f}",
+                    str(p["preemptions"]),
+                    f"{p['mean_accept_len']:.2f}",
+                )
             )
-    return t
+    title = "seer sim seer (SIMULATED: 32 x H200 cost tables, Seer's workload statistics)"
+    return results_table(title, cols, rows)

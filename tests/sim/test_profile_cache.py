@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.bench.rollout import bench_generator
+from pipeline.rollout.live import bench_generator
 from pipeline.sim import profile
 
 

@@ -16,7 +16,8 @@ from actors.generator.engine import Draft
 from pipeline.records.metrics import compute_metrics
 from pipeline.sim.costmodel import DATA_DIR, CostModel, load_table
 from pipeline.sim.replay import ReplayClient, ReplayTrees, accepted_len
-from pipeline.sim.simulator import SimRequest, _Run, recorded_step_times, simulate
+from pipeline.sim.simulator import SimRequest, recorded_step_times, simulate
+from pipeline.sim.simulator.events import _Run
 from pipeline.sim.workload import from_record
 from tests.sim.test_simulator import COST, config, workload
 

@@ -15,7 +15,8 @@ import actors.scheduler.policy as scheduler_policy
 from pipeline.records.metrics import compute_metrics
 from pipeline.sim import seer
 from pipeline.sim.costmodel import CostModel
-from pipeline.sim.simulator import SimConfig, SimRequest, _Run, simulate
+from pipeline.sim.simulator import SimConfig, SimRequest, simulate
+from pipeline.sim.simulator.events import _Run
 from pipeline.sim.workload import SEER_WORKLOADS, seer_requests
 
 COST = CostModel.builtin("qwen2.5-7b")

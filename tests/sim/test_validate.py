@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from actors.generator.step_log import read_step_times
-from pipeline.bench.rollout import bench_generator
+from pipeline.rollout.live import bench_generator
 from pipeline.sim import profile, validate
 from tests.sim.test_simulator import COST as H200
 from tests.sim.test_simulator import config, workload
