@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import layout_switch
 from pipeline.config import PipelineConfig
+from pipeline.rl import layout_switch
 from pipeline.rl.loop import train
 from pipeline.rl.selector import Layout, LayoutProfile, ProfileRow
 from pipeline.rollout import Rollout
