@@ -4,7 +4,8 @@ They speak the generator protocol exactly (they are `InstantGenerator`s, which a
 chunk at once with the `ChunkFinished` a `GeneratorActor` would send), and differ in one way:
 - `OverlongGenerator`: a chunk of a prompt starting with `BAD_TOKEN` reports more tokens
   than the chunk allowed (a buggy or malicious engine);
-- `SilentGenerator`: takes every chunk and never answers (a hung engine);
+- `SilentGenerator`: takes every chunk and never answers (a hung engine); `chunks_taken`
+  waits until one has taken a chunk;
 - `WeightTakingGenerator`: also takes versioned weights (`WeightsBucket`) and reports the
   version it holds, as a real generator does after its swap.
 Kinds: "tests.faults.faulty:<Name>" (actor processes start in the repository root).
@@ -14,9 +15,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import anyio
+
 from actors.base import Handler
 from pipeline.bench.standin import InstantGenerator
-from transport.messages import Ack, ChunkAssigned, ChunkFinished, Message, WeightsBucket
+from pipeline.launch import Cluster
+from transport.messages import (
+    Ack,
+    ActorStats,
+    ChunkAssigned,
+    ChunkFinished,
+    GetStats,
+    Message,
+    WeightsBucket,
+)
 
 BAD_TOKEN = 99
 
@@ -44,7 +56,21 @@ class OverlongGenerator(InstantGenerator):
 
 class SilentGenerator(InstantGenerator):
     async def handle_chunk_assigned(self, msg: ChunkAssigned) -> None:
-        return None
+        self.num_chunks += 1  # taken, never answered (`chunks_taken` waits on it)
+
+
+async def chunks_taken(cluster: Cluster, timeout_s: float = 60.0) -> None:
+    """Wait until some generator of `cluster` holds a chunk: the rollout is under way (for
+    `SilentGenerator`s, whose chunks never come back)."""
+    generators = [index for role, index in cluster.status if role == "generator"]
+    with anyio.fail_after(timeout_s):
+        while True:
+            for index in generators:
+                stats = await cluster.call("generator", index, GetStats(), timeout=10)
+                assert isinstance(stats, ActorStats)
+                if stats.counters.get("num_chunks", 0) > 0:
+                    return
+            await anyio.sleep(0.02)
 
 
 class WeightTakingGenerator(InstantGenerator):

@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from pipeline.rollout import Rollout, rollout_config
+from tests.faults.faulty import chunks_taken
 from transport.errors import PeerGone
 from transport.messages import PromptSpec, SamplingSpec
 
@@ -35,7 +36,7 @@ async def test_a_dead_splitter_fails_the_rollout_at_once(tmp_path: Path) -> None
 
         async def kill_soon() -> None:
             nonlocal start
-            await anyio.sleep(1.0)  # the rollout is running (its chunks never come back)
+            await chunks_taken(cluster)  # the rollout is running (its chunks never come back)
             start = time.monotonic()
             splitter.send_signal(signal.SIGKILL)
 

@@ -20,7 +20,7 @@ from pipeline.bench.standin import KIND
 from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfig
 from pipeline.launch import Cluster
 from pipeline.rollout import Rollout, RolloutError, SchedulerLost, rollout_config
-from tests.faults.faulty import BAD_TOKEN
+from tests.faults.faulty import BAD_TOKEN, chunks_taken
 from transport.messages import ActorStats, GetStats, PromptSpec, SamplingSpec
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(600)]
@@ -111,7 +111,7 @@ async def test_the_driver_fails_fast_when_the_scheduler_dies(tmp_path: Path) -> 
 
                 async def kill_soon() -> None:
                     nonlocal start
-                    await anyio.sleep(1.0)
+                    await chunks_taken(cluster)  # the rollout is running
                     start = time.monotonic()
                     await _kill(cluster, "scheduler")
 

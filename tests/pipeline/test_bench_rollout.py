@@ -23,5 +23,8 @@ def test_rollout_bench_runs_every_policy_side_by_side(tmp_path: Path) -> None:
         assert p["output_tokens"] == summary["workload"]["total_tokens"]
     assert Path(saved["timeline_png"]).stat().st_size > 5000
     assert Path(saved["trace"]).exists()
-    replay = run(str(tmp_path / "replay.json"), trace=saved["trace"])  # --trace replays it
+    # --trace replays it (at the smallest size: one run of one policy)
+    replay = run(
+        str(tmp_path / "replay.json"), trace=saved["trace"], quick=True, policies=("baseline",)
+    )
     assert replay["workload"]["total_tokens"] == summary["workload"]["total_tokens"]

@@ -35,13 +35,16 @@ VARIANTS = {
 }
 
 
+Samples = list[tuple[int, ...]]
+
+
 async def _samples(
     tmp_path: Path,
     variant: dict[str, Any],
     sampling: SamplingSpec,
     rounds: int = 1,
     drafts: dict[str, Any] | None = None,
-) -> tuple[list[tuple[int, ...]], dict[str, Any]]:
+) -> tuple[Samples, dict[str, Any]]:
     """The samples and metrics of the last of `rounds` rollouts of PROMPTS in one cluster."""
     config = rollout_config(
         num_generators=2,
@@ -56,19 +59,59 @@ async def _samples(
     return [s.token_ids for g in result.groups for s in g.samples], result.metrics()
 
 
+def _sampling(temperature: float) -> SamplingSpec:
+    return SamplingSpec(temperature=temperature, seed=11, ignore_eos=True, max_new_tokens=60)
+
+
+async def _both_temperatures(
+    tmp_path: Path, variant: dict[str, Any]
+) -> dict[float, tuple[Samples, dict[str, Any]]]:
+    """One cluster per variant for both temperatures (their start-up is most of the cost):
+    a greedy rollout, then two at T=1 with the store keeping history; per temperature, the
+    samples and metrics of its last rollout."""
+    config = rollout_config(
+        num_generators=2,
+        chunk_size=16,
+        generator={**TINY, **variant},
+        run_dir=str(tmp_path),
+        drafts={"keep_history": True},
+    )
+    out = {}
+    async with Rollout(config, mode="local") as rollout:
+        for temperature, rounds in ((0.0, 1), (1.0, 2)):
+            for _ in range(rounds):
+                result = await rollout.generate_with_record(PROMPTS, 4, _sampling(temperature))
+            samples = [s.token_ids for g in result.groups for s in g.samples]
+            out[temperature] = samples, result.metrics()
+    return out
+
+
+@pytest.fixture(scope="module")
+def speculation_results(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, dict[float, tuple[Samples, dict[str, Any]]]]:
+    """Every variant's samples and metrics at T=0 and T=1, shared by both temperatures."""
+
+    async def run_all() -> dict[str, dict[float, tuple[Samples, dict[str, Any]]]]:
+        return {
+            name: await _both_temperatures(tmp_path_factory.mktemp(name), variant)
+            for name, variant in VARIANTS.items()
+        }
+
+    return anyio.run(run_all)
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-async def test_speculation_never_changes_a_sample(tmp_path: Path, temperature: float) -> None:
+def test_speculation_never_changes_a_sample(
+    speculation_results: dict[str, dict[float, tuple[Samples, dict[str, Any]]]],
+    temperature: float,
+) -> None:
     """Greedy: drafts come from text that repeats within and across siblings. T=1: sampled
     text of a random model repeats nothing (siblings run in step, so none is ahead to draft
     from either), so the rollout runs twice with the store keeping history: the second
     round drafts from the first round's responses to the same prompts with the same seeds,
     which are exactly its own samples if speculation is lossless, and must be accepted."""
-    sampling = SamplingSpec(temperature=temperature, seed=11, ignore_eos=True, max_new_tokens=60)
-    rounds, history = (1, None) if temperature == 0.0 else (2, {"keep_history": True})
-    results = {
-        name: await _samples(tmp_path, variant, sampling, rounds, history)
-        for name, variant in VARIANTS.items()
-    }
+    results = {name: by_t[temperature] for name, by_t in speculation_results.items()}
     reference, off = results["off"]
     assert off["num_draft_tokens"] == 0 and off["mean_accept_len"] == 1.0
     for name in ("self", "group_fixed", "group"):

@@ -10,7 +10,7 @@ a health probe that meets that pause must not make the server count as lost.
 
 from __future__ import annotations
 
-import time
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,13 +65,21 @@ def test_a_paused_server_fails_its_health_check_when_the_timeout_ends(
 
 
 def test_a_health_check_waiting_at_the_pause_passes_once_generation_continues(
-    model_path: Path,
+    model_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with serve(model_path, 60.0) as handle, httpx.Client(base_url=handle.url, timeout=90.0) as http:
+        at_the_pause = threading.Event()
+        wait_unpaused = handle.bridge.wait_unpaused
+
+        async def waiting(timeout_s: float) -> bool:
+            at_the_pause.set()
+            return await wait_unpaused(timeout_s)
+
+        monkeypatch.setattr(handle.bridge, "wait_unpaused", waiting)
         http.post("/pause_generation", json={"mode": "in_place"})
         pending = in_background(lambda: httpx.get(f"{handle.url}/health_generate", timeout=90))
-        time.sleep(0.5)
-        assert not pending.done()  # held at the pause
+        assert at_the_pause.wait(30)  # the check reached the pause
+        assert not pending.done()  # and is held there
         http.post("/continue_generation", json={})
         assert pending.result(timeout=60).status_code == 200
 

@@ -11,7 +11,6 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-import anyio
 import numpy as np
 import pytest
 
@@ -26,7 +25,8 @@ from pipeline.rl.ranks import stream_spec, train_streamed
 from pipeline.rollout.api import Rollout, RolloutError, rollout_config
 from pipeline.tasks import get_task
 from tests.pipeline.tiny import TINY_MODEL
-from transport.messages import PromptSpec, SamplingSpec, StreamToRanks
+from transport.errors import PeerGone
+from transport.messages import GetStats, PromptSpec, SamplingSpec, StreamToRanks
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -151,6 +151,7 @@ async def test_a_streamed_rollout_fills_every_shard_and_a_dead_rank_fails_it(
         assert victim is not None
         victim.kill()
         victim.wait(10)
-        await anyio.sleep(0.5)
+        with pytest.raises(PeerGone):  # its death reached the sockets of its peers
+            await rollout.cluster.call("trainer", 1, GetStats(), timeout=30)
         with pytest.raises(RolloutError, match="rank 1"):
             await rollout.generate_with_record(specs, GROUP, sampling, stream=announce(1))

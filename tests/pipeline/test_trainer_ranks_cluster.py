@@ -8,7 +8,6 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import anyio
 import pytest
 
 from actors.dispatcher.actor import Dispatcher
@@ -21,7 +20,8 @@ from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfi
 from pipeline.launch import launch_local
 from pipeline.rl.config import free_port
 from tests.actors import ranks_worker as w
-from transport.messages import SamplingSpec
+from transport.errors import PeerGone
+from transport.messages import GetStats, SamplingSpec
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -87,7 +87,8 @@ async def test_two_rank_step_equals_one_rank_then_a_rank_dies_mid_dispatch(tmp_p
         assert victim is not None
         victim.kill()
         victim.wait(10)
-        await anyio.sleep(0.5)
+        with pytest.raises(PeerGone):  # the dispatcher's socket to it has seen it go
+            await cluster.call("trainer", 1, GetStats(), timeout=30)
         with pytest.raises(DispatchError, match="rank 1"):
             for s in fresh[len(fresh) // 2 :]:
                 await d.send(sample_data(s))

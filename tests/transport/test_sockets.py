@@ -135,6 +135,8 @@ SERVER = textwrap.dedent(
         first = await server.recv()
         await server.reply(first, Pong(seq=0))
         await server.recv()   # the second call is never answered: we get killed
+        print("held", flush=True)
+        await anyio.sleep_forever()
     anyio.run(main)
     """
 )
@@ -142,14 +144,17 @@ SERVER = textwrap.dedent(
 
 async def test_call_fails_with_peer_gone_when_the_peer_process_dies(tmp_path: Path) -> None:
     address = f"ipc://{tmp_path}/peer"
-    proc = subprocess.Popen([sys.executable, "-c", SERVER, address], cwd=os.getcwd())
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVER, address], cwd=os.getcwd(), stdout=subprocess.PIPE
+    )
     t = ZmqTransport()
     client = t.request(address)
     try:
         assert await client.call(Ping(seq=0), timeout=30) == Pong(seq=0)
 
         async def kill_soon() -> None:
-            await anyio.sleep(0.3)
+            assert proc.stdout is not None  # the server holds the second call: kill it
+            assert await anyio.to_thread.run_sync(proc.stdout.readline) == b"held\n"
             proc.kill()
 
         async with anyio.create_task_group() as tg:
@@ -160,7 +165,7 @@ async def test_call_fails_with_peer_gone_when_the_peer_process_dies(tmp_path: Pa
             await client.call(Ping(seq=2), timeout=20)
     finally:
         proc.kill()
-        proc.wait()
+        proc.communicate()  # reaps it and closes its stdout
         t.close()
 
 
