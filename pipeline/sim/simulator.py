@@ -319,8 +319,8 @@ class _Run:
                     [r.prompt_tail for r in self.reqs],
                 )
                 for priced in times:
-                    speculator = Speculator(spec_cfg, priced, padded=padded)
-                    speculator.client = ReplayClient(trees, self.index)  # type: ignore[assignment]
+                    replay = ReplayClient(trees, self.index)
+                    speculator = Speculator(spec_cfg, priced, padded=padded, source=replay)
                     self.speculators.append(speculator)
                     self.spec.append(speculator.policy)
             else:
