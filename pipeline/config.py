@@ -206,25 +206,44 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _build(cls: type[Any], data: Any, where: str) -> Any:
+def _build(cls: type[Any], data: Any, where: str, base: Any = None) -> Any:
+    """`cls` from a table; a nested table's keys left out keep the field's default (its
+    enclosing dataclass's: `RunConfig.generator`'s `max_batch` is 128, not the class's)."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: expected a table, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise ConfigError(f"{where}: unknown keys {unknown}; expected some of {sorted(names)}")
-    kwargs = {k: _value(hints[k], v, f"{where}.{k}") for k, v in data.items()}
+        raise ConfigError(f"{where}: unknown keys {unknown}; expected some of {sorted(fields)}")
+    kwargs = {
+        k: _value(
+            hints[k],
+            v,
+            f"{where}.{k}",
+            getattr(base, k) if base is not None else _field_default(fields[k]),
+        )
+        for k, v in data.items()
+    }
     try:
-        return cls(**kwargs)
+        return dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
     except (TypeError, ValueError) as exc:  # options validate in __post_init__
         raise ConfigError(f"{where}: {exc}") from None
 
 
-def _value(tp: Any, value: Any, where: str) -> Any:
+def _field_default(f: dataclasses.Field[Any]) -> Any:
+    """A field's default when it is a dataclass instance (what a sub-table starts from)."""
+    if f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    else:
+        value = None if f.default is dataclasses.MISSING else f.default
+    return value if dataclasses.is_dataclass(value) else None
+
+
+def _value(tp: Any, value: Any, where: str, base: Any = None) -> Any:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return _build(tp, value, where)
+        return _build(tp, value, where, base if isinstance(base, tp) else None)
     if origin is Literal:
         if value not in args:
             raise ConfigError(f"{where}: {value!r} is not one of {list(args)}")
@@ -237,7 +256,7 @@ def _value(tp: Any, value: Any, where: str) -> Any:
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        return _value(inner[0], value, where)
+        return _value(inner[0], value, where, base)
     if origin is Mapping or origin is dict or tp is Any:
         if origin is not None and not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a table, got {type(value).__name__}")

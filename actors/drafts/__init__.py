@@ -11,6 +11,7 @@ from actors.drafts.policy import (
     MarginalBenefitPolicy,
     make_draft_policy,
 )
+from actors.drafts.source import DraftSource
 from actors.drafts.store import DraftStore
 from actors.drafts.suffix_tree import (
     HAVE_COMPILED_CORE,
@@ -27,6 +28,7 @@ __all__ = [
     "AcceptanceStats",
     "Calibration",
     "DraftClient",
+    "DraftSource",
     "DraftStore",
     "DraftStoreOptions",
     "FixedPolicy",

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from actors.drafts.source import DraftSource
 from actors.drafts.suffix_tree import MatcherLike, SpecResult, SuffixTree
 from transport.messages import (
     PROMPT_TAIL_TOKENS,
@@ -113,7 +114,9 @@ class _Running:
     pending: list[int] = field(default_factory=list)  # not yet in the tree and matcher
 
 
-class DraftClient:
+class DraftClient(DraftSource):
+    """The live `DraftSource`: local replicas of the store's trees (see the module)."""
+
     def __init__(
         self,
         mode: DraftMode = "group",

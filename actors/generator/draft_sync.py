@@ -25,6 +25,7 @@ import anyio
 import structlog
 
 from actors.base import Mailbox
+from actors.drafts.client import DraftClient
 from actors.generator.speculator import Speculator
 from transport.errors import TransportError
 from transport.messages import DraftDeltas, TokensAppended
@@ -37,7 +38,7 @@ class DraftSync:
     def __init__(
         self, speculator: Speculator, mailbox: Mailbox, log: structlog.BoundLogger
     ) -> None:
-        if speculator.client is None:
+        if not isinstance(speculator.client, DraftClient):
             raise ValueError("draft sync needs a speculator with a draft client (mode 'group')")
         self.spec = speculator
         self.client = speculator.client

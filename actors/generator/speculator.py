@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from actors.drafts.client import DraftClient
 from actors.drafts.options import SpecConfig
 from actors.drafts.policy import Candidate, SpecPolicy, StepTime, make_draft_policy
+from actors.drafts.source import DraftSource
 from actors.generator.engine import Draft, StepResult
 from transport.messages import SpecStats
 
@@ -31,17 +32,23 @@ class _ChunkStats:
 
 
 class Speculator:
-    def __init__(self, config: SpecConfig, step_time: StepTime, *, padded: bool = False) -> None:
+    """Drafts from `source` (by default, unless mode is "off", a `DraftClient` of the
+    config's mode: the live replicas; the simulator passes its `ReplayClient`)."""
+
+    def __init__(
+        self,
+        config: SpecConfig,
+        step_time: StepTime,
+        *,
+        padded: bool = False,
+        source: DraftSource | None = None,
+    ) -> None:
         self.config = config
-        self.client = (
-            None
-            if config.mode == "off"
-            else DraftClient(
-                config.mode,
-                max_depth=config.tree_depth,
-                max_match=config.max_match,
+        if source is None and config.mode != "off":
+            source = DraftClient(
+                config.mode, max_depth=config.tree_depth, max_match=config.max_match
             )
-        )
+        self.client: DraftSource | None = source
         self.policy: SpecPolicy = make_draft_policy(config, step_time, padded=padded)
         self.chunks: dict[str, _ChunkStats] = {}
         self._drafted: dict[str, tuple[Draft, list[float]]] = {}  # this step's, with probs
@@ -64,7 +71,8 @@ class Speculator:
         generated_ids: Sequence[int],
         is_probe: bool,
     ) -> bool:
-        """Track a chunk; True when its group is new to this generator's draft replicas."""
+        """Track a chunk (`DraftSource.start`, plus whether it is a probe); True when its
+        group is new to this generator's draft replicas."""
         self.chunks[request_id] = _ChunkStats(is_probe)
         if self.client is None:
             return False

@@ -14,23 +14,26 @@ from actors.options import check, check_positive
 
 @dataclass(frozen=True, kw_only=True)
 class TrainerOptions:
-    """`model`: the same policy the generators hold (a TOML sub-table). `lr`: AdamW's
-    learning rate. `kl_coef`: the KL penalty's weight (the actor builds no reference model
-    yet, so only 0 runs today). `clip_eps`: PPO-style clipping of the importance ratio.
-    `max_grad_norm`: gradients are clipped to this norm. `micro_batch_size`: samples per
-    forward/backward pass (gradients accumulate). `mini_batch_size`: samples per optimiser
-    step (None: one optimiser step per epoch). `epochs`: passes over a step's samples.
-    `pad_id`: the token that pads micro-batches. `bucket_bytes`: the size of one weight
-    bucket sent to a generator. `num_threads`: torch threads of the trainer process.
+    """`model`: the same policy the generators hold (a TOML sub-table). `clip_eps`:
+    PPO-style clipping of the importance ratio. `max_grad_norm`: gradients are clipped to
+    this norm. `pad_id`: the token that pads micro-batches. `bucket_bytes`: the size of one
+    weight bucket sent to a generator. `num_threads`: torch threads of the trainer process.
     `seed`: the shuffling and initialisation seed."""
 
     model: ModelOptions = field(default_factory=ModelOptions)
+    #: the learning rate (AdamW)
     lr: float = 1e-4
+    #: the KL penalty's weight; the trainer actor builds no reference model yet, so only 0
+    #: runs today
     kl_coef: float = 0.0
     clip_eps: float = 0.2
     max_grad_norm: float = 1.0
+    #: samples per forward/backward pass (gradients accumulate)
     micro_batch_size: int = 16
+    #: samples per optimiser step (optimiser steps per iteration = samples / this; None:
+    #: one optimiser step per epoch)
     mini_batch_size: int | None = None
+    #: passes over each iteration's samples
     epochs: int = 1
     pad_id: int = 0
     bucket_bytes: int = 16 << 20

@@ -94,9 +94,10 @@ def run_config(quick: bool) -> dict[str, Any]:
         "checkpoint_every": 1,
         "curriculum": False,
         "ready_timeout_s": 300.0,  # actor start-up on a loaded machine
-        "mini_batch_size": 32,
+        "trainer": {"mini_batch_size": 32},
         "generator": {
             "max_batch": 16,
+            "max_prefill_tokens": 512,
             "kv_budget_tokens": 8192,
             "model": {
                 "hidden": 64,

@@ -46,7 +46,7 @@ HEADER = """\
 
 What you do: write a TOML file and pass it. `seer run --config run.toml` reads a table
 that maps onto `RunConfig` (nested dataclasses are sub-tables: `[generator]`,
-`[generator.spec]`); a topology for `seer actor --config`, `launch()` or
+`[generator.spec]`, `[trainer]`); a topology for `seer actor --config`, `launch()` or
 `Rollout(config)` is a `PipelineConfig` (`load_config`), whose `[[topology.actors]]`
 entries each carry the options of their actor kind. Every options class validates itself
 when built, so a wrong key or value is a `ConfigError` naming it, before any actor starts.
@@ -60,6 +60,8 @@ policy = "context_aware"
 max_batch = 64
 [generator.spec]
 mode = "self"
+[trainer]
+lr = 2e-3
 ```
 
 ```toml

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pipeline.rl.config import RunConfig
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -54,51 +57,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
 def run(args: argparse.Namespace) -> int:
     """The main job: synchronous GRPO on the embedded default task, every Seer mechanism
     that has landed switched on, live progress, and a run folder with the report."""
-    import dataclasses
-    import time
-    import tomllib
-
     import anyio
     from rich.console import Console
 
-    from pipeline.config import build_options
     from pipeline.logs import configure_logging
     from pipeline.records.plot import plot_timeline
     from pipeline.records.trace import load_trace
-    from pipeline.rl.config import RunConfig
     from pipeline.rl.loop import train
     from pipeline.rl.report import LiveReport, plot_rewards, summary_table
 
     configure_logging("warning")
     console = Console(width=120)
-    cfg = (
-        build_options(RunConfig, tomllib.loads(Path(args.config).read_text()), args.config)
-        if args.config
-        else RunConfig()
-    )
-    changes = {
-        k: v
-        for k, v in (
-            ("policy", args.policy),
-            ("iterations", args.iterations),
-            ("resume", args.resume),
-            ("warm_start_steps", args.warm_start_steps),
-            ("trainer_ranks", args.trainer_ranks),
-            ("dispatch", args.dispatch),
-        )
-        if v is not None
-    }
-    if args.backend or args.sglang_url or args.sglang_command:
-        from pipeline.launch.backend import use_backend
-
-        gen = use_backend(
-            cfg.generator, args.backend, urls=args.sglang_url or (), command=args.sglang_command
-        )
-        changes["generator"] = gen
-        if gen.sglang.urls and gen.backend == "sglang":
-            changes["num_generators"] = len(gen.sglang.urls)
-    out = args.out or f"runs/run-{time.strftime('%Y%m%d-%H%M%S')}"
-    cfg = dataclasses.replace(cfg, out_dir=out, **changes)
+    cfg = run_config(args)
+    out = cfg.out_dir
     gen = cfg.generator
     if args.sglang_router and not (gen.backend == "sglang" and gen.sglang.urls):
         raise ValueError("--sglang-router needs SGLang servers given by URL (--sglang-url)")
@@ -131,6 +102,47 @@ def run(args: argparse.Namespace) -> int:
         )
     console.print(f"wrote {folder}/metrics.jsonl, reward.png, rollout-timeline.png")
     return 0
+
+
+def run_config(args: argparse.Namespace) -> RunConfig:
+    """The run's `RunConfig`: the `--config` TOML (`[generator]`, `[trainer]` tables; keys
+    left out keep RunConfig's defaults), then the flags over it."""
+    import dataclasses
+    import time
+    import tomllib
+
+    from pipeline.config import build_options
+    from pipeline.rl.config import RunConfig
+
+    cfg: RunConfig
+    cfg = (
+        build_options(RunConfig, tomllib.loads(Path(args.config).read_text()), args.config)
+        if args.config
+        else RunConfig()
+    )
+    changes = {
+        k: v
+        for k, v in (
+            ("policy", args.policy),
+            ("iterations", args.iterations),
+            ("resume", args.resume),
+            ("warm_start_steps", args.warm_start_steps),
+            ("trainer_ranks", args.trainer_ranks),
+            ("dispatch", args.dispatch),
+        )
+        if v is not None
+    }
+    if args.backend or args.sglang_url or args.sglang_command:
+        from pipeline.launch.backend import use_backend
+
+        gen = use_backend(
+            cfg.generator, args.backend, urls=args.sglang_url or (), command=args.sglang_command
+        )
+        changes["generator"] = gen
+        if gen.sglang.urls and gen.backend == "sglang":
+            changes["num_generators"] = len(gen.sglang.urls)
+    out = args.out or f"runs/run-{time.strftime('%Y%m%d-%H%M%S')}"
+    return dataclasses.replace(cfg, out_dir=out, **changes)
 
 
 async def _train_routed(cfg: Any, report: Any) -> Any:

@@ -10,16 +10,21 @@ from typing import Any, Literal
 
 from actors.generator import GeneratorOptions
 from actors.model import ModelOptions
+from actors.trainer.options import TrainerOptions
 from pipeline.config import ActorGroup, PipelineConfig, Topology
 from pipeline.rollout.api import rollout_config
 from pipeline.tasks import Task
 from pipeline.tasks.warmstart import DEFAULT_STEPS, warm_start
 
+#: `RunConfig.trainer`'s default: the GRPO step the quick start's figures were measured with
+RUN_TRAINER = TrainerOptions(lr=1e-3, micro_batch_size=32, mini_batch_size=128)
+
 
 @dataclass(frozen=True, kw_only=True)
 class RunConfig:
     """One RL run of `seer run` (a `--config` TOML maps onto it; `[generator]` and its
-    sub-tables are the generators' options). docs/configuration.md lists every field."""
+    sub-tables are the generators' options, `[trainer]` the trainer's).
+    docs/configuration.md lists every field."""
 
     #: the registered task to train on (`pipeline.tasks.register_task`)
     task: str = "countdown"
@@ -56,20 +61,13 @@ class RunConfig:
     curriculum_pool: int = 4
     #: where the warm start is cached
     cache_dir: str = "runs/cache"
-    #: the trainer's learning rate (AdamW)
-    lr: float = 1e-3
-    #: the KL penalty's weight; the trainer actor builds no reference model yet, so only 0
-    #: runs today
-    kl_coef: float = 0.0
     #: a failed sample whose first wrong token the task locates (`Task.first_error`) trains
     #: on that token alone (docs/seer-rollout.md, step credit); else plain GRPO
     step_credit: bool = True
-    #: samples per forward/backward pass in the trainer
-    micro_batch_size: int = 32
-    #: samples per optimiser step (optimiser steps per iteration = samples / this)
-    mini_batch_size: int = 128
-    #: passes over each iteration's samples
-    epochs: int = 1
+    #: the trainer's options (the `[trainer]` table); the run sets its `model` (the
+    #: generators'), `pad_id` (the task's EOS) and `seed` (the run's), and with
+    #: `trainer_ranks` > 1 each rank's `dist_port` and `num_threads`
+    trainer: TrainerOptions = field(default_factory=lambda: RUN_TRAINER)
     #: seeds the prompts, the warm start, the model and the sampling
     seed: int = 0
     #: the run folder (`seer run` sets `runs/run-<time>`)
@@ -88,7 +86,7 @@ class RunConfig:
     mode: Literal["local", "inprocess", "ray"] = "local"
     #: how long the actors may take to start (a loaded machine)
     ready_timeout_s: float = 180.0
-    #: > 1: data-parallel trainer ranks fed by the data dispatcher (mode "local")
+    #: trainer processes: > 1 = data-parallel ranks fed by the data dispatcher (mode "local")
     trainer_ranks: int = 1
     #: with ranks > 1: "direct" = the scheduler scores each sample and sends it to its rank
     #: as it finishes (Earl); "driver" = the driver gathers, scores, then sends (comparison)
@@ -111,6 +109,13 @@ class RunConfig:
             raise ValueError(
                 f"RunConfig.dispatch must be 'direct' or 'driver', not {self.dispatch!r}"
             )
+        fixed = TrainerOptions()
+        for name in ("model", "pad_id", "seed"):
+            if getattr(self.trainer, name) != getattr(fixed, name):
+                raise ValueError(
+                    f"RunConfig.trainer.{name} is set by the run (the generators' model, the "
+                    "task's EOS, RunConfig.seed): leave it out of [trainer]"
+                )
         if self.warm_start_steps < 0:
             raise ValueError("RunConfig.warm_start_steps must be >= 0 (0: no warm start)")
         if self.policy == "oracle":  # it would silently be "fewest generated first"
@@ -160,28 +165,16 @@ def rl_topology(cfg: RunConfig, model_path: str, task: Task | None = None) -> Pi
         generator=gen_table,
         scheduler={"scorer": cfg.scorer},  # direct dispatch scores where samples finish
     )
-    trainer = ActorGroup(
-        role="trainer",
-        kind="trainer",
-        count=cfg.trainer_ranks,
-        options={
-            # ranks on one host share its cores: split the trainer's threads between them
-            **(
-                {"dist_port": free_port(), "num_threads": max(1, 2 // cfg.trainer_ranks)}
-                if cfg.trainer_ranks > 1
-                else {}
-            ),
-            "model": gen_table["model"],
-            "lr": cfg.lr,
-            "kl_coef": cfg.kl_coef,
-            "micro_batch_size": cfg.micro_batch_size,
-            "mini_batch_size": cfg.mini_batch_size,
-            "epochs": cfg.epochs,
-            "pad_id": gen.eos_token_id or 0,
-            "seed": cfg.seed,
-        },
+    ranks = cfg.trainer_ranks
+    trainer = dataclasses.replace(
+        cfg.trainer, model=gen.model, pad_id=gen.eos_token_id or 0, seed=cfg.seed
     )
-    topology = Topology(actors=(*base.topology.actors, trainer))
+    if ranks > 1:  # ranks on one host share its cores: split the trainer's threads
+        trainer = dataclasses.replace(
+            trainer, dist_port=free_port(), num_threads=max(1, 2 // ranks)
+        )
+    group = ActorGroup(role="trainer", kind="trainer", count=ranks, options=options_table(trainer))
+    topology = Topology(actors=(*base.topology.actors, group))
     return dataclasses.replace(base, topology=topology, ready_timeout_s=cfg.ready_timeout_s)
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from actors.drafts.options import SpecConfig
+from actors.drafts.source import DraftSource
 from actors.drafts.suffix_tree import MatcherLike, SpecResult, SuffixTree, SuffixTreeLike
 from actors.generator.engine import Draft
 
@@ -79,8 +80,8 @@ class ReplayTrees:
         return tree
 
 
-class ReplayClient:
-    """The ``DraftClient`` calls a ``Speculator`` makes, answered from ``ReplayTrees``."""
+class ReplayClient(DraftSource):
+    """The ``DraftSource`` a ``Speculator`` drafts from, answered from ``ReplayTrees``."""
 
     def __init__(self, trees: ReplayTrees, index: dict[str, int]) -> None:
         self.trees = trees

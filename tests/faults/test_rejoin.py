@@ -19,6 +19,7 @@ import pytest
 from actors.generator import GeneratorOptions
 from actors.generator.options import SpecConfig
 from actors.model import ModelOptions
+from actors.trainer.options import TrainerOptions
 from pipeline.config import PipelineConfig, Topology
 from pipeline.launch import Cluster
 from pipeline.rl.config import RunConfig, rl_topology
@@ -63,9 +64,7 @@ def _config(tmp_path: Path) -> PipelineConfig:
         num_generators=2,
         chunk_size=8,
         warm_start_steps=0,
-        micro_batch_size=64,
-        mini_batch_size=1024,
-        lr=1e-2,
+        trainer=TrainerOptions(micro_batch_size=64, mini_batch_size=1024, lr=1e-2),
         out_dir=str(tmp_path),
     )
     cfg = rl_topology(run, "", NoStopTask())  # type: ignore[arg-type]

@@ -127,3 +127,43 @@ def test_bad_options_fail_in_the_launching_process_naming_the_key(
     with pytest.raises(ConfigError) as info:
         validate_topology(config)
     assert "topology.actors.x.options" in str(info.value) and needle in str(info.value)
+
+
+RUN = """
+iterations = 3
+[trainer]
+lr = 0.01
+[generator]
+max_batch = 8
+"""
+
+
+def test_a_run_toml_nests_the_trainers_options(tmp_path: Path) -> None:
+    """`seer run --config`: `[trainer]` is `RunConfig.trainer`; a table's keys left out keep
+    RunConfig's defaults (not the options class's), and the flags apply on top."""
+    from pipeline.cli.main import build_parser
+    from pipeline.cli.run import run_config
+    from pipeline.rl.config import RUN_TRAINER, RunConfig, rl_topology
+
+    path = tmp_path / "run.toml"
+    path.write_text(RUN)
+    args = build_parser().parse_args(
+        ["run", "--config", str(path), "--trainer-ranks", "2", "--out", str(tmp_path / "o")]
+    )
+    cfg = run_config(args)
+    assert cfg.iterations == 3 and cfg.trainer_ranks == 2 and cfg.out_dir == str(tmp_path / "o")
+    assert cfg.trainer.lr == 0.01
+    assert cfg.trainer.micro_batch_size == RUN_TRAINER.micro_batch_size == 32
+    assert cfg.trainer.mini_batch_size == 128
+    assert cfg.generator.max_batch == 8
+    assert cfg.generator.max_prefill_tokens == RunConfig().generator.max_prefill_tokens
+    assert cfg.generator.model.max_context == 512
+    trainer = rl_topology(cfg, "").topology.group("trainer")
+    assert trainer.count == 2 and trainer.options["lr"] == 0.01
+    assert trainer.options["model"]["max_context"] == 512 and trainer.options["seed"] == 0
+    with pytest.raises(ConfigError, match="unknown keys \\['lr'\\]"):
+        path.write_text("lr = 0.01\n")  # the old flat key
+        run_config(build_parser().parse_args(["run", "--config", str(path)]))
+    with pytest.raises(ConfigError, match=r"trainer\.seed is set by the run"):
+        path.write_text("[trainer]\nseed = 3\n")
+        run_config(build_parser().parse_args(["run", "--config", str(path)]))

@@ -8,7 +8,7 @@ import pytest
 import tests.pipeline.toytask  # noqa: F401  (registers the say7 task)
 from actors.generator import GeneratorOptions
 from actors.model import ModelOptions
-from pipeline.rl.config import RunConfig
+from pipeline.rl.config import RUN_TRAINER, RunConfig
 from pipeline.rl.loop import train
 from pipeline.rl.report import load_rows
 
@@ -32,7 +32,7 @@ def toy_config(tmp_path: Path, **kw: object) -> RunConfig:
         max_new_tokens=6,
         generator=TINY,
         warm_start_steps=0,
-        lr=3e-2,
+        trainer=dataclasses.replace(RUN_TRAINER, lr=3e-2),
         seed=3,
         out_dir=str(tmp_path / "run"),
         checkpoint_every=0,

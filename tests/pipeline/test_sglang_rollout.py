@@ -183,9 +183,10 @@ def run_config(tmp_path: Path) -> Iterator[Path]:
     model = "\n".join(f"{k} = {v}" for k, v in TINY_MODEL.items())
     toml.write_text(
         "prompts_per_iteration = 4\ngroup_size = 2\nmax_new_tokens = 16\neval_prompts = 0\n"
-        "checkpoint_every = 0\ncurriculum = false\nmicro_batch_size = 8\nmini_batch_size = 8\n"
+        "checkpoint_every = 0\ncurriculum = false\n"
         'mode = "inprocess"\n'
         f'cache_dir = "{tmp_path / "cache"}"\n'
+        "[trainer]\nmicro_batch_size = 8\nmini_batch_size = 8\n"
         '[generator]\nmax_batch = 8\n[generator.spec]\nmode = "off"\n'
         f"[generator.model]\n{model}\n"
         "[generator.sglang]\nbase_port = 0\nrequest_timeout_s = 60.0\n"

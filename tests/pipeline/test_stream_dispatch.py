@@ -19,7 +19,7 @@ from actors.drafts.options import SpecConfig
 from actors.generator import GeneratorOptions
 from actors.model import ModelOptions
 from pipeline.config import ActorGroup, Topology
-from pipeline.rl.config import RunConfig
+from pipeline.rl.config import RUN_TRAINER, RunConfig
 from pipeline.rl.loop import train
 from pipeline.rl.ranks import stream_spec, train_streamed
 from pipeline.rollout.api import Rollout, RolloutError, rollout_config
@@ -47,7 +47,7 @@ def config(tmp_path: Path, dispatch: str) -> RunConfig:
         generator=GeneratorOptions(model=MODEL, max_batch=16, spec=SpecConfig(mode="off")),
         warm_start_steps=0,
         eval_prompts=0,
-        lr=3e-2,
+        trainer=dataclasses.replace(RUN_TRAINER, lr=3e-2),
         seed=4,
         num_generators=1,
         checkpoint_every=0,

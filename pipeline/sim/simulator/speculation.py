@@ -148,8 +148,8 @@ class Speculation:
             [r.prompt_tail for r in book.reqs],
         )
         for priced in times:
-            speculator = Speculator(spec_cfg, priced, padded=padded)
-            speculator.client = ReplayClient(self._trees, book.index)  # type: ignore[assignment]
+            replay = ReplayClient(self._trees, book.index)
+            speculator = Speculator(spec_cfg, priced, padded=padded, source=replay)
             self.speculators.append(speculator)
             self.policies.append(speculator.policy)
 
