@@ -51,7 +51,7 @@ requests_strategy = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests_strategy, st.integers(64, 260), st.integers(1, 6), st.integers(4, 64))
 def test_kv_budget_is_never_exceeded(
     specs: list[tuple[list[int], int, int]], budget: int, max_batch: int, prefill: int

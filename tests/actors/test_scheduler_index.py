@@ -51,7 +51,7 @@ def test_only_ranked_bounded_policies_are_indexed() -> None:
         WaitingIndex(make_policy("baseline", num_instances=2, max_new_tokens=8))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     name=st.sampled_from(RANKED),
     num_instances=st.integers(1, 4),

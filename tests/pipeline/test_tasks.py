@@ -84,7 +84,7 @@ def test_sft_examples_are_valid(seed: int) -> None:
         assert TASK.reward(prompt, TASK.sft_example(prompt, rng)) == 1.0
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(st.integers(0, 2**32 - 1))
 def test_warm_start_prompts_are_valid_and_reach_large_denser_forbidden_numbers(seed: int) -> None:
     sft = TASK.sft_prompts(200, np.random.default_rng(seed))

@@ -161,7 +161,7 @@ def cases(draw: st.DrawFn) -> Case:
     )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 @example(  # a one-token chunk ends in its prefill step, beside a decoding row ending
     Case(
