@@ -27,7 +27,7 @@ from pipeline.rollout import Rollout
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(900)]
 
-FRAMES_PER_ACTOR = 160  # 6 actor kinds: 960 frames per run, every kind drawn for each (below)
+FRAMES_PER_ACTOR = 400  # 6 actor kinds: 2,400 frames per run, every kind drawn for each (below)
 
 
 def draw_cases(role: str, n: int, per_example: int = 20) -> list[FuzzCase]:

@@ -37,7 +37,7 @@ def toy_config(tmp_path: Path, **kw: object) -> RunConfig:
         out_dir=str(tmp_path / "run"),
         checkpoint_every=0,
         num_generators=2,
-        eval_prompts=16,  # the job's 256 held-out prompts x 4 would dwarf a toy iteration
+        eval_prompts=64,  # the job's 256 held-out prompts x 4 would dwarf a toy iteration
     )
     return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
 
