@@ -27,8 +27,17 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(600)]
 FAULTY = "tests.faults.faulty:"
 
 
-def _config(tmp_path: Path, kind: str, *, drafts: bool = False, hwm: int = 1000) -> PipelineConfig:
-    cfg = rollout_config(num_generators=2, generator_kind=kind, run_dir=str(tmp_path))
+def _config(
+    tmp_path: Path,
+    kind: str,
+    *,
+    drafts: bool = False,
+    hwm: int = 1000,
+    scheduler: dict[str, float] | None = None,
+) -> PipelineConfig:
+    cfg = rollout_config(
+        num_generators=2, generator_kind=kind, run_dir=str(tmp_path), scheduler=scheduler
+    )
     actors = cfg.topology.actors
     if drafts:
         actors = (*actors, ActorGroup(role="drafts", kind="drafts"))
@@ -127,7 +136,10 @@ async def test_weights_reach_live_generators_and_a_returning_one_before_work(
     tmp_path: Path,
 ) -> None:
     state = {"w": torch.zeros(4)}
-    async with Rollout(_config(tmp_path, FAULTY + "WeightTakingGenerator")) as rollout:
+    probe = {"health_interval_s": 0.25, "health_timeout_s": 1.0}  # a frozen one: lost in ~1 s
+    async with Rollout(
+        _config(tmp_path, FAULTY + "WeightTakingGenerator", scheduler=probe)
+    ) as rollout:
         cluster = rollout.cluster
         assert cluster is not None
         gen1 = cluster.status[("generator", 1)].process

@@ -38,27 +38,6 @@ VARIANTS = {
 Samples = list[tuple[int, ...]]
 
 
-async def _samples(
-    tmp_path: Path,
-    variant: dict[str, Any],
-    sampling: SamplingSpec,
-    rounds: int = 1,
-    drafts: dict[str, Any] | None = None,
-) -> tuple[Samples, dict[str, Any]]:
-    """The samples and metrics of the last of `rounds` rollouts of PROMPTS in one cluster."""
-    config = rollout_config(
-        num_generators=2,
-        chunk_size=16,
-        generator={**TINY, **variant},
-        run_dir=str(tmp_path),
-        drafts=drafts,
-    )
-    async with Rollout(config, mode="local") as rollout:
-        for _ in range(rounds):
-            result = await rollout.generate_with_record(PROMPTS, 4, sampling)
-    return [s.token_ids for g in result.groups for s in g.samples], result.metrics()
-
-
 def _sampling(temperature: float) -> SamplingSpec:
     return SamplingSpec(temperature=temperature, seed=11, ignore_eos=True, max_new_tokens=60)
 
@@ -159,9 +138,14 @@ async def test_history_holds_whole_responses_whatever_the_sync_pace(tmp_path: Pa
     assert first.metrics()["mean_accept_len"] < 1.2 < second.metrics()["mean_accept_len"]
 
 
-async def test_a_dead_draft_store_costs_drafts_not_samples(tmp_path: Path) -> None:
-    sampling = SamplingSpec(temperature=0.0, seed=3, ignore_eos=True, max_new_tokens=240)
-    reference, _ = await _samples(tmp_path, VARIANTS["off"], sampling)
+async def test_a_dead_draft_store_costs_drafts_not_samples(
+    tmp_path: Path,
+    speculation_results: dict[str, dict[float, tuple[Samples, dict[str, Any]]]],
+) -> None:
+    """The same greedy rollout as the speculation variants' (its reference: the "off"
+    variant's samples, from the module's clusters), with the store killed first."""
+    sampling = _sampling(0.0)
+    reference, _ = speculation_results["off"][0.0]
     gen = {**TINY, "spec": {"store_timeout_s": 0.1, "sync_interval_s": 0.01}}
     config = rollout_config(num_generators=2, chunk_size=16, generator=gen, run_dir=str(tmp_path))
     async with Rollout(config, mode="local") as rollout:

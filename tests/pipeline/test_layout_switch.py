@@ -62,6 +62,8 @@ async def test_a_switch_restarts_only_the_generators(
         return done
 
     monkeypatch.setattr(layout_switch, "restart_generators", spy)
+    # no timeline drawn after each iteration (tests/pipeline/test_rl_loop.py checks it)
+    monkeypatch.setattr("pipeline.rollout.api.plot_timeline", lambda records, path: Path(path))
     cfg = toy_config(
         tmp_path, iterations=2, layout_profile=str(profile), mode="local", eval_prompts=0
     )

@@ -70,6 +70,8 @@ async def test_direct_dispatch_trains_like_the_driver_path(
         return result
 
     monkeypatch.setattr(Rollout, "generate_with_record", spy)
+    # no timeline drawn after each iteration (tests/pipeline/test_rl_loop.py checks it)
+    monkeypatch.setattr("pipeline.rollout.api.plot_timeline", lambda records, path: Path(path))
     direct = await train(config(tmp_path, "direct"))
     streamed, seen[:] = list(seen), []
     driver = await train(config(tmp_path, "driver"))
