@@ -2,25 +2,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from pipeline.bench import rollout
 from pipeline.bench.rollout import POLICIES, run
-from pipeline.records.workload import make_workload
 
 
 @pytest.mark.slow
-def test_rollout_bench_runs_every_policy_side_by_side(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def tiny(**_: Any) -> Any:  # still long-tailed: the longest spans several chunks
-        return make_workload(num_groups=4, group_size=4, mean_len=32, max_len=96, min_len=8)
-
-    monkeypatch.setattr(rollout, "make_workload", tiny)
+def test_rollout_bench_runs_every_policy_side_by_side(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    summary = run(str(out), quick=True, chunk_size=32)
+    summary = run(str(out), quick=True)
     saved = json.loads(out.read_text())
     assert set(saved["policies"]) == set(POLICIES) == set(saved["ratios"])
     assert saved["ratios"]["baseline"] == pytest.approx(1.0)
@@ -34,10 +25,6 @@ def test_rollout_bench_runs_every_policy_side_by_side(
     assert Path(saved["trace"]).exists()
     # --trace replays it (at the smallest size: one run of one policy)
     replay = run(
-        str(tmp_path / "replay.json"),
-        trace=saved["trace"],
-        quick=True,
-        chunk_size=32,
-        policies=("baseline",),
+        str(tmp_path / "replay.json"), trace=saved["trace"], quick=True, policies=("baseline",)
     )
     assert replay["workload"]["total_tokens"] == summary["workload"]["total_tokens"]
