@@ -1,7 +1,8 @@
 """`seer bench faults`: what survives what, measured on real `seer run` processes.
 
 A short `seer run` (countdown with partial credit, a tiny model warm-started for 40 steps,
-2 generators, a checkpoint after every iteration, no held-out evaluation) runs once
+2 generators, a checkpoint after every iteration, no held-out evaluation; `--quick`: 2
+iterations of 4 prompts x 4 samples of up to 48 tokens, 20 warm-start steps) runs once
 undisturbed: the reference. Then, one run per fault, the same run with one actor process
 hit mid-iteration (as soon as the scheduler logs the start of iteration 1's rollout):
 SIGKILL of the splitter, the estimator, the scheduler, generator 1, the draft store or the
@@ -80,16 +81,18 @@ FAULTS: dict[str, Fault] = {
 
 
 def run_config(quick: bool) -> dict[str, Any]:
-    """The short `seer run` (a `RunConfig` table)."""
+    """The short `seer run` (a `RunConfig` table); `quick`: the smallest run that still has
+    chunks in flight when the fault hits and an iteration after the checkpoint to resume."""
     return {
         "task": "countdown-partial",  # partial credit: rewards differ within groups early
         "iterations": 2 if quick else 4,  # the fault hits iteration 1
-        "prompts_per_iteration": 8,
+        "prompts_per_iteration": 4 if quick else 8,
         "group_size": 4,
-        "max_new_tokens": 64,
+        "max_new_tokens": 48 if quick else 64,
         "chunk_size": 16,
         "num_generators": 2,
-        "warm_start_steps": 40,  # a few seconds: enough for rewards that differ in a group
+        # a few seconds: enough for rewards that differ in a group
+        "warm_start_steps": 20 if quick else 40,
         "eval_prompts": 0,
         "checkpoint_every": 1,
         "curriculum": False,
@@ -354,7 +357,11 @@ def run(
         for name, r in summary["faults"].items()
     ]
     columns = ("fault", "signal", "outcome", "samples lost", "detect s", "error")
-    title = f"seer bench faults: {len(reference)} iterations x 8 prompts x 4"
+    cfg = summary["run"]
+    title = (
+        f"seer bench faults: {len(reference)} iterations x {cfg['prompts_per_iteration']} "
+        f"prompts x {cfg['group_size']}"
+    )
     console.print(results_table(title, columns, rows, justify="left"))
     console.print(f"fuzz: {summary['fuzz']}")
     if json_path:
