@@ -3,7 +3,8 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # STAMP: what `make run` needs (CPU torch and the package); DEV_STAMP: what `make test` adds
-# (test tools, Ray, SGLang's router, transformers) and SGLang's wheel for the schema tests
+# (test tools, transformers, reasoning-gym, Ray, SGLang's router) and SGLang's wheel for the
+# schema tests
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 # The CPU build of torch lies on this machine's disk; a plain `torch` would pull a CUDA build.
@@ -43,7 +44,7 @@ $(STAMP): pyproject.toml setup.py actors/drafts/_suffix_tree.cpp
 	touch $(STAMP)
 
 $(DEV_STAMP): $(STAMP)
-	$(BIN)/pip install -q --disable-pip-version-check --no-compile -e '.[dev,ray,router]'
+	$(BIN)/pip install -q --disable-pip-version-check --no-compile -e '.[dev,hf,tasks,ray,router]'
 	$(COMPILE)
 	touch $(DEV_STAMP)
 

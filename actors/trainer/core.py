@@ -152,6 +152,7 @@ class GRPOTrainer:
         self.sampling = sampling or SamplingTransform()
         batch = make_batch(samples, self.pad_id)
         rows, num_skipped = self._rows_to_train(samples)
+        gap = self._logprob_gap(batch)  # before the first update: the engines' agreement
         per_step: list[dict[str, float]] = []
         for _ in range(self.epochs if len(rows) else 0):
             order = rows[torch.randperm(len(rows), generator=self.generator)]
@@ -159,7 +160,7 @@ class GRPOTrainer:
             per_step.extend(self._optimizer_step(batch, mini) for mini in _chunks(order, size))
         self.version += 1
         stats = {k: _mean([s[k] for s in per_step]) for k in _STEP_STATS}
-        return stats | {
+        return stats | gap | {
             "reward_mean": float(batch.rewards.mean()),
             "reward_std": float(batch.rewards.std(unbiased=False)),
             "num_tokens": float(batch.mask[rows].sum()),
@@ -169,6 +170,23 @@ class GRPOTrainer:
             "version": float(self.version),
             "seconds": time.perf_counter() - start,
         }
+
+    @torch.no_grad()
+    def _logprob_gap(self, batch: TrainBatch) -> dict[str, float]:
+        """Mean and max |trainer - rollout| log-probability over every sampled token of
+        `batch`, under the weights the rollout used: near 1e-5 when both sides compute the
+        same maths in float32; what changes when the engine, dtype or device does."""
+        total, count, worst = 0.0, 0, 0.0
+        for micro_rows in _chunks(torch.arange(batch.mask.shape[0]), self.micro_batch_size):
+            micro = batch.select(micro_rows)
+            new = self.sampling.logprobs(self.model(micro.input_ids), micro.targets)
+            mask = micro.mask.bool() & torch.isfinite(micro.old_logprobs)
+            diff = (new.float() - micro.old_logprobs).abs()[mask]
+            if diff.numel():
+                total += float(diff.sum())
+                count += diff.numel()
+                worst = max(worst, float(diff.max()))
+        return {"logprob_gap_mean": total / count if count else 0.0, "logprob_gap_max": worst}
 
     def _rows_to_train(self, samples: Sequence[TrainSample]) -> tuple[Tensor, int]:
         """Indices (K,) of samples in groups with distinct rewards, and the skipped count."""

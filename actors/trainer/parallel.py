@@ -81,6 +81,8 @@ class RankedGRPOTrainer(GRPOTrainer):
         n, r_sum, r_sq, kept, tokens, skipped = all_reduce_sum(totals).tolist()
         if n == 0:
             raise ValueError("step needs at least one sample on some rank")
+        # this rank's shard only (rank 0's is what the run reports)
+        gap = self._logprob_gap(batch) if batch is not None else {}
         per_step: list[dict[str, float]] = []
         num_minis = math.ceil(kept / self.mini_batch_size) if self.mini_batch_size else 1
         for _ in range(self.epochs if kept else 0):
@@ -92,7 +94,7 @@ class RankedGRPOTrainer(GRPOTrainer):
         stats = {
             k: sum(s[k] for s in per_step) / len(per_step) if per_step else 0.0 for k in _STEP_STATS
         }
-        return stats | {
+        return stats | gap | {
             "reward_mean": mean,
             "reward_std": math.sqrt(max(r_sq / n - mean * mean, 0.0)),
             "num_tokens": tokens,

@@ -28,6 +28,7 @@ COLUMNS = (
     ("mean_accept_len", "accept", "{:.2f}"),
     ("output_tokens", "tokens", "{:d}"),
     ("weight_version", "version", "{:d}"),
+    ("train_logprob_gap_max", "lp gap", "{:.1e}"),
     ("eval_reward", "eval", "{:.3f}"),
 )
 

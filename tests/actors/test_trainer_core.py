@@ -153,6 +153,21 @@ def test_step_moves_logprobs_by_reward() -> None:
     assert stats["grad_norm"] > 0
 
 
+def test_step_reports_the_rollout_logprob_gap_before_updating() -> None:
+    m = model()
+    samples = group(m)  # old logprobs computed token by token on the same weights
+    stats = GRPOTrainer(m, lr=1e-3).step(samples)
+    assert 0 <= stats["logprob_gap_mean"] <= stats["logprob_gap_max"] < 1e-5
+    shifted = [  # a rollout engine that computed 0.25 nats too low on one token
+        dataclasses.replace(s, old_logprobs=(s.old_logprobs[0] - 0.25, *s.old_logprobs[1:]))
+        if i == 2 else s
+        for i, s in enumerate(group(model()))
+    ]  # fmt: skip
+    stats = GRPOTrainer(model(), lr=1e-3).step(shifted)
+    assert stats["logprob_gap_max"] == pytest.approx(0.25, abs=1e-5)
+    assert stats["logprob_gap_mean"] == pytest.approx(0.25 / 10, abs=1e-5)  # 10 tokens
+
+
 def test_off_policy_sample_refused_before_anything_changes() -> None:
     m = model()
     trainer = GRPOTrainer(m, lr=1e-2)
