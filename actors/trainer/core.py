@@ -160,16 +160,20 @@ class GRPOTrainer:
             per_step.extend(self._optimizer_step(batch, mini) for mini in _chunks(order, size))
         self.version += 1
         stats = {k: _mean([s[k] for s in per_step]) for k in _STEP_STATS}
-        return stats | gap | {
-            "reward_mean": float(batch.rewards.mean()),
-            "reward_std": float(batch.rewards.std(unbiased=False)),
-            "num_tokens": float(batch.mask[rows].sum()),
-            "num_samples": float(len(samples)),
-            "num_skipped_groups": float(num_skipped),
-            "num_optimizer_steps": float(len(per_step)),
-            "version": float(self.version),
-            "seconds": time.perf_counter() - start,
-        }
+        return (
+            stats
+            | gap
+            | {
+                "reward_mean": float(batch.rewards.mean()),
+                "reward_std": float(batch.rewards.std(unbiased=False)),
+                "num_tokens": float(batch.mask[rows].sum()),
+                "num_samples": float(len(samples)),
+                "num_skipped_groups": float(num_skipped),
+                "num_optimizer_steps": float(len(per_step)),
+                "version": float(self.version),
+                "seconds": time.perf_counter() - start,
+            }
+        )
 
     @torch.no_grad()
     def _logprob_gap(self, batch: TrainBatch) -> dict[str, float]:

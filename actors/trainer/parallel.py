@@ -94,17 +94,21 @@ class RankedGRPOTrainer(GRPOTrainer):
         stats = {
             k: sum(s[k] for s in per_step) / len(per_step) if per_step else 0.0 for k in _STEP_STATS
         }
-        return stats | gap | {
-            "reward_mean": mean,
-            "reward_std": math.sqrt(max(r_sq / n - mean * mean, 0.0)),
-            "num_tokens": tokens,
-            "num_samples": n,
-            "num_local_samples": float(len(samples)),
-            "num_skipped_groups": skipped,
-            "num_optimizer_steps": float(len(per_step)),
-            "version": float(self.version),
-            "seconds": time.perf_counter() - start,
-        }
+        return (
+            stats
+            | gap
+            | {
+                "reward_mean": mean,
+                "reward_std": math.sqrt(max(r_sq / n - mean * mean, 0.0)),
+                "num_tokens": tokens,
+                "num_samples": n,
+                "num_local_samples": float(len(samples)),
+                "num_skipped_groups": skipped,
+                "num_optimizer_steps": float(len(per_step)),
+                "version": float(self.version),
+                "seconds": time.perf_counter() - start,
+            }
+        )
 
     def _given_advantages(
         self,
