@@ -102,6 +102,8 @@ def load_pretrained(
     path: StrPath, *, dtype: str = "auto", device: str = "cpu", max_context: int | None = None
 ) -> LlamaModel:
     """The model at ``path``: a Hugging Face folder or a seer safetensors file."""
+    if dtype not in DTYPES:
+        raise ConfigError(f"dtype must be one of {list(DTYPES)}, got {dtype!r}")
     target = check_device(device)
     if Path(path).is_dir():
         return load_hf_folder(path, max_context, dtype=dtype, device=str(target))
