@@ -6,7 +6,13 @@ and Hugging Face folders both ways (``hf_folder``, ``hf_export``, ``hf_tokenizer
 from actors.model.config import ModelConfig
 from actors.model.hf_config import ModelFolderError, hf_config, to_hf_config
 from actors.model.hf_export import copy_tokenizer_files, save_hf_folder
-from actors.model.hf_folder import FolderInfo, load_hf_folder, load_hf_state_dict, read_folder
+from actors.model.hf_folder import (
+    FolderInfo,
+    load_hf_folder,
+    load_hf_state_dict,
+    read_folder,
+    read_weights,
+)
 from actors.model.hf_tokenizer import TokenizerMissingError, load_tokenizer
 from actors.model.layout import BatchLayout, build_layout, causal_mask
 from actors.model.llama import LlamaModel
@@ -17,7 +23,6 @@ from actors.model.weights import (
     load_model_config,
     load_state_dict,
     load_weights_into,
-    read_weights,
     save_model,
 )
 

@@ -98,9 +98,7 @@ class ModelConfig:
                 f"({self.num_kv_heads})"
             )
         if self.head_dim % 2:
-            raise ValueError(
-                f"the head dim must be even for rotary, got {self.head_dim}"
-            )
+            raise ValueError(f"the head dim must be even for rotary, got {self.head_dim}")
         if not self.rope_theta > 0:
             raise ValueError(f"ModelConfig.rope_theta must be > 0, got {self.rope_theta!r}")
         if not 0 < self.norm_eps < 1:

@@ -78,8 +78,7 @@ def _model_type(hf: Mapping[str, Any], source: str) -> str:
         model_type = known[0]
     if model_type not in ARCHITECTURES:
         raise ModelFolderError(
-            f"{source}: unsupported model_type {model_type!r}; "
-            f"supported: {sorted(ARCHITECTURES)}"
+            f"{source}: unsupported model_type {model_type!r}; supported: {sorted(ARCHITECTURES)}"
         )
     for arch in archs:
         if arch != ARCHITECTURES[model_type]:

@@ -7,10 +7,11 @@
 shards ``model.safetensors.index.json`` lists in its ``weight_map``; else every
 ``*.safetensors``), whether a tokenizer is there and its chat template.
 ``load_hf_folder(folder, ...)`` builds the ``LlamaModel`` in the dtype and on the device
-asked ("auto" keeps the stored dtype). Problems are ``ModelFolderError`` naming the file or
-field: no ``config.json``, no safetensors, a shard the index names that is absent, a
-missing or misshapen tensor, an unsupported architecture (see ``hf_config.py``). Nothing
-is ever downloaded.
+asked ("auto" keeps the stored dtype). ``read_weights(path)`` gives the state dict of a
+folder or of a seer safetensors file, in this model's names. Problems are
+``ModelFolderError`` naming the file or field: no ``config.json``, no safetensors, a
+shard the index names that is absent, a missing or misshapen tensor, an unsupported
+architecture (see ``hf_config.py``). Nothing is ever downloaded.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from safetensors import safe_open
 from actors.model.config import ModelConfig
 from actors.model.hf_config import ModelFolderError, hf_config
 from actors.model.llama import LlamaModel
-from actors.model.weights import load_weights_into
+from actors.model.weights import load_state_dict, load_weights_into
 
 StrPath = str | PathLike[str]
 INDEX = "model.safetensors.index.json"
@@ -124,10 +125,19 @@ def load_hf_state_dict(folder: StrPath | FolderInfo) -> dict[str, torch.Tensor]:
     state: dict[str, torch.Tensor] = {}
     for file in files:
         with safe_open(str(file), framework="pt") as handle:
-            for name in handle.keys():
+            for name in list(handle.keys()):  # safe_open is not iterable
                 if "rotary_emb" not in name:  # older checkpoints store inv_freq buffers
                     state[name.removeprefix("model.")] = handle.get_tensor(name)
     return state
+
+
+def read_weights(path: StrPath) -> dict[str, torch.Tensor]:
+    """A state dict from a ``save_model`` safetensors file or an HF folder."""
+    if Path(path).is_dir():
+        return load_hf_state_dict(path)
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no weights at {path}: neither a safetensors file nor a folder")
+    return load_state_dict(path)
 
 
 def _weight_files(root: Path) -> tuple[Path, ...]:

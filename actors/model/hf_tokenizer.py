@@ -28,8 +28,7 @@ def load_tokenizer(folder: StrPath) -> Any:
         from transformers import AutoTokenizer
     except ImportError as exc:  # pragma: no cover - the hf extra is a dev dependency
         raise ImportError(
-            "loading a model folder's tokenizer needs transformers: "
-            "pip install 'seer-rl[hf]'"
+            "loading a model folder's tokenizer needs transformers: pip install 'seer-rl[hf]'"
         ) from exc
     try:
         return AutoTokenizer.from_pretrained(str(folder), use_fast=True, local_files_only=True)

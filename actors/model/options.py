@@ -55,7 +55,9 @@ class ModelOptions:
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
-            raise ConfigError(f"ModelOptions.dtype must be one of {list(DTYPES)}, got {self.dtype!r}")
+            raise ConfigError(
+                f"ModelOptions.dtype must be one of {list(DTYPES)}, got {self.dtype!r}"
+            )
         if not is_device_name(self.device):
             raise ConfigError(
                 f"ModelOptions.device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}"

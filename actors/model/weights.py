@@ -3,9 +3,8 @@
 ``save_model(model, path)`` writes one safetensors file whose metadata carries the
 ``ModelConfig`` as JSON; ``load_model(path)`` rebuilds the model from it (files written
 before a ``ModelConfig`` field existed load with its default). ``load_state_dict`` reads the
-tensors only (for a weight swap). ``read_weights(path)`` takes a safetensors file or a
-Hugging Face folder and returns a state dict in this model's names. Hugging Face folders
-are read by ``hf_folder.py`` and written by ``hf_export.py``; ``hf_config`` and
+tensors only (for a weight swap). Hugging Face folders are read by ``hf_folder.py`` (with
+``read_weights``, which takes either form) and written by ``hf_export.py``; ``hf_config`` and
 ``to_hf_config`` are re-exported here for older imports. Nothing is ever downloaded.
 """
 
@@ -15,7 +14,6 @@ import json
 from collections.abc import Mapping
 from os import PathLike
 from pathlib import Path
-from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -53,17 +51,6 @@ def load_model(path: StrPath) -> LlamaModel:
     model = LlamaModel(load_model_config(path))
     load_weights_into(model, load_state_dict(path))
     return model
-
-
-def read_weights(path: StrPath) -> dict[str, torch.Tensor]:
-    """A state dict from a ``save_model`` safetensors file or an HF folder."""
-    if Path(path).is_dir():
-        from actors.model.hf_folder import load_hf_state_dict  # it imports this module
-
-        return load_hf_state_dict(path)
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"no weights at {path}: neither a safetensors file nor a folder")
-    return load_state_dict(path)
 
 
 def _unshared_state(model: LlamaModel) -> dict[str, torch.Tensor]:

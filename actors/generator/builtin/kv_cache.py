@@ -41,9 +41,10 @@ class KVCache:
         self.num_slots = num_slots
         self.capacity = capacity
         self.device = torch.device(device)
-        zeros = lambda: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
-        self.keys = [zeros() for _ in range(cfg.num_layers)]
-        self.values = [zeros() for _ in range(cfg.num_layers)]
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_layers)]
+        self.values = [
+            torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_layers)
+        ]
 
     def move(self, src: int, dst: int, length: int) -> None:
         """Copy the first ``length`` tokens of slot ``src`` into slot ``dst``."""

@@ -95,7 +95,6 @@ class SamplingBatch:
             has_filter,
         )
 
-
     def to(self, device: torch.device) -> SamplingBatch:
         """The same batch with its tensors on ``device`` (the logits')."""
         return replace(
