@@ -26,6 +26,7 @@ from actors.model import (
     save_hf_folder,
 )
 from actors.trainer import GRPOTrainer
+from actors.trainer.batch import TrainSample
 from actors.trainer.checkpoint import save_checkpoint
 from tests.hf_folders import make_hf_folder
 
@@ -148,14 +149,32 @@ def test_a_bfloat16_folder_stays_bfloat16_and_exports_as_such(tmp_path: Path) ->
     assert _theirs(tmp_path / "out").dtype == torch.bfloat16
 
 
-def test_a_checkpoint_of_a_folder_model_carries_its_tokenizer(
+def test_a_trained_folder_model_checkpoints_to_what_transformers_loads(
     folders: dict[str, Path], tmp_path: Path
 ) -> None:
-    trainer = GRPOTrainer(build_model(ModelOptions(path=str(folders["qwen2"]))), lr=1e-3)
-    save_checkpoint(trainer, tmp_path / "ckpt", iteration=1, source=folders["qwen2"])
+    """One GRPO step on a Qwen3 folder model (q/k norms train too), then its checkpoint's
+    hf/ folder: the right class, the tokenizer, and the trainer's log-probabilities."""
+    trainer = GRPOTrainer(build_model(ModelOptions(path=str(folders["qwen3"]))), lr=1e-2)
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    tokens, lps = _engine_greedy(trainer.model, PROMPT, 6)
+    samples = [
+        TrainSample(tuple(PROMPT), tuple(tokens), tuple(lps), 1.0, "g", (0,)),
+        TrainSample(tuple(PROMPT[:5]), (3, 4), (-1.0, -1.0), 0.0, "g", (0,)),
+    ]
+    trainer.step(samples)
+    after = trainer.model.state_dict()
+    assert not torch.equal(
+        after["layers.0.self_attn.q_norm.weight"], before["layers.0.self_attn.q_norm.weight"]
+    )
+    save_checkpoint(trainer, tmp_path / "ckpt", iteration=1, source=folders["qwen3"])
     hf = tmp_path / "ckpt" / "hf"
     assert {"tokenizer.json", "tokenizer_config.json", "generation_config.json"} <= {
         p.name for p in hf.iterdir()
     }
     assert transformers.AutoTokenizer.from_pretrained(str(hf)).chat_template
-    assert type(_theirs(hf)).__name__ == "Qwen2ForCausalLM"
+    back = _theirs(hf)
+    assert type(back).__name__ == "Qwen3ForCausalLM"
+    seq = PROMPT + tokens
+    torch.testing.assert_close(
+        _logprobs(back, seq), _logprobs(trainer.model, seq), atol=1e-4, rtol=0
+    )
