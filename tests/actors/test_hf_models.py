@@ -178,3 +178,16 @@ def test_a_trained_folder_model_checkpoints_to_what_transformers_loads(
     torch.testing.assert_close(
         _logprobs(back, seq), _logprobs(trainer.model, seq), atol=1e-4, rtol=0
     )
+
+
+def test_llama_attention_bias_and_an_untied_qwen3_agree(tmp_path: Path) -> None:
+    """Llama's attention_bias puts biases on q/k/v and o; Qwen3 may be untied."""
+    for arch, extra in (("llama3", {"attention_bias": True}), ("qwen3", {"tie": False})):
+        folder = make_hf_folder(tmp_path / arch, arch, tokenizer=False, **extra)
+        ours = load_hf_folder(folder)
+        assert ours.config.output_bias == (arch == "llama3")
+        assert ours.config.tie_embeddings is False
+        torch.testing.assert_close(
+            _logprobs(ours, PROMPT + PROMPT), _logprobs(_theirs(folder), PROMPT + PROMPT),
+            atol=1e-4, rtol=0,
+        )  # fmt: skip

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pipeline.cli.main import main
-from tests.hf_folders import make_hf_folder
+from tests.hf_folders import make_hf_folder, make_tokenizer
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.timeout(120)
@@ -48,12 +48,15 @@ def test_seer_generate_writes_tokens_and_logprobs(
     assert record["text"] == tok.decode(tokens, skip_special_tokens=True)
 
 
-def test_seer_generate_without_a_tokenizer_is_a_clear_error(
+def test_seer_generate_bad_input_is_a_clear_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     folder = make_hf_folder(tmp_path / "model", "qwen2", tokenizer=False)
     assert main(["generate", "--model", str(folder), "--prompt", "hi"]) == 2
     assert "no tokenizer" in capsys.readouterr().err
+    make_tokenizer(folder)
+    assert main(["generate", "--model", str(folder), "--prompt", "zq " * 300]) == 2
+    assert "context (max_position_embeddings) is 256" in capsys.readouterr().err
     (folder / "config.json").unlink()
     assert main(["generate", "--model", str(folder), "--prompt", "hi"]) == 2
     assert "config.json" in capsys.readouterr().err
