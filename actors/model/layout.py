@@ -44,11 +44,13 @@ def build_layout(
     ctx_lens: Sequence[int],
     q_lens: Sequence[int],
     q_masks: Sequence[torch.Tensor | None] | None = None,
+    device: torch.device | None = None,
 ) -> BatchLayout:
     """Layout for rows with ``ctx_lens[b]`` cached and ``q_lens[b]`` new tokens each.
 
     ``q_masks[b]`` is a ``(q_lens[b], q_lens[b])`` bool mask among the new tokens (None:
     causal). All rows with one new token and no cached prefix beyond need no mask at all.
+    Indices and mask are built on the CPU and moved to ``device`` (the KV cache's) at once.
     """
     num_rows = len(ctx_lens)
     q_max = max(q_lens)
@@ -60,19 +62,19 @@ def build_layout(
     flat_to_pad = None
     if not dense:
         pad = [b * q_max + j for b, q in enumerate(q_lens) for j in range(q)]
-        flat_to_pad = torch.tensor(pad, dtype=torch.long)
+        flat_to_pad = torch.tensor(pad, dtype=torch.long, device=device)
     mask = None
     if q_max > 1 or any(c + 1 != kv_len for c in ctx_lens):  # else plain decode, equal lengths
         ctx = torch.tensor(ctx_lens, dtype=torch.long)  # (B,)
         qln = torch.tensor(q_lens, dtype=torch.long)  # (B,)
-        mask = _attention_mask(ctx, qln, q_max, kv_len, q_masks)
+        mask = _attention_mask(ctx, qln, q_max, kv_len, q_masks).to(device or "cpu")
     return BatchLayout(
         slot_start,
         num_rows,
         q_max,
         kv_len,
-        torch.tensor(write_slot, dtype=torch.long),
-        torch.tensor(write_pos, dtype=torch.long),
+        torch.tensor(write_slot, dtype=torch.long, device=device),
+        torch.tensor(write_pos, dtype=torch.long, device=device),
         flat_to_pad,
         mask,
     )

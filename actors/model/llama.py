@@ -23,6 +23,7 @@ from torch import nn
 
 from actors.model.config import ModelConfig
 from actors.model.layout import BatchLayout
+from actors.model.rope import inverse_frequencies
 
 
 class RMSNorm(nn.Module):
@@ -44,9 +45,10 @@ class Rotary(nn.Module):
     cos: torch.Tensor
     sin: torch.Tensor
 
-    def __init__(self, head_dim: int, max_context: int, theta: float) -> None:
+    def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+        inv = inverse_frequencies(cfg)  # (D/2,) float64, Llama 3 scaling included
+        max_context = cfg.max_context
         freqs = torch.outer(torch.arange(max_context, dtype=torch.float64), inv)  # (P, D/2)
         emb = torch.cat([freqs, freqs], dim=-1)  # (P, D)
         sign = torch.cat([-torch.ones_like(freqs), torch.ones_like(freqs)], dim=-1)
@@ -73,12 +75,14 @@ class Attention(nn.Module):
             cfg.num_kv_heads,
             cfg.head_dim,
         )
-        kv_dim = cfg.num_kv_heads * cfg.head_dim
-        self.q_proj = nn.Linear(cfg.hidden, cfg.hidden, bias=cfg.attention_bias)
+        kv_dim, q_dim = cfg.num_kv_heads * cfg.head_dim, cfg.num_heads * cfg.head_dim
+        self.q_proj = nn.Linear(cfg.hidden, q_dim, bias=cfg.attention_bias)
         self.k_proj = nn.Linear(cfg.hidden, kv_dim, bias=cfg.attention_bias)
         self.v_proj = nn.Linear(cfg.hidden, kv_dim, bias=cfg.attention_bias)
-        self.o_proj = nn.Linear(cfg.hidden, cfg.hidden, bias=False)
+        self.o_proj = nn.Linear(q_dim, cfg.hidden, bias=cfg.output_bias)
         self.is_gqa = cfg.num_kv_heads != cfg.num_heads
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None  # Qwen3
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
 
     def _qkv(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
@@ -87,6 +91,8 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(*lead, self.num_heads, self.head_dim)
         k = self.k_proj(x).view(*lead, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(*lead, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
 
@@ -185,7 +191,7 @@ class LlamaModel(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
-        self.rotary = Rotary(cfg.head_dim, cfg.max_context, cfg.rope_theta)
+        self.rotary = Rotary(cfg)
 
     @classmethod
     def random(cls, cfg: ModelConfig, seed: int = 0, std: float = 0.02) -> LlamaModel:
@@ -194,7 +200,7 @@ class LlamaModel(nn.Module):
         gen = torch.Generator().manual_seed(seed)
         with torch.no_grad():
             for name, param in model.named_parameters():
-                if name.endswith("layernorm.weight") or name == "norm.weight":
+                if name.endswith(("layernorm.weight", "_norm.weight")) or name == "norm.weight":
                     param.fill_(1.0)
                 elif name.endswith(".bias"):
                     param.zero_()

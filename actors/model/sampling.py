@@ -29,8 +29,8 @@ def transformed_logits(
     with torch.no_grad():
         kept = filter_top_k_top_p(
             flat,
-            torch.full((n,), top_k, dtype=torch.long),
-            torch.full((n,), top_p, dtype=torch.float32),
+            torch.full((n,), top_k, dtype=torch.long, device=flat.device),
+            torch.full((n,), top_p, dtype=torch.float32, device=flat.device),
         ).isfinite()
     return scaled.masked_fill(~kept.reshape(scaled.shape), float("-inf"))
 
@@ -41,7 +41,7 @@ def filter_top_k_top_p(
     """(N, V) scaled logits, (N,) top-k (0 = off) and (N,) top-p -> the logits with the
     tokens outside each row's top-k and top-p at -inf."""
     ordered, order = scaled.sort(dim=-1, descending=True)  # (N, V)
-    ranks = torch.arange(scaled.shape[-1])[None, :]
+    ranks = torch.arange(scaled.shape[-1], device=scaled.device)[None, :]
     k = torch.where(top_k > 0, top_k, scaled.shape[-1])[:, None]
     ordered = ordered.masked_fill(ranks >= k, float("-inf"))
     probs = torch.softmax(ordered, dim=-1)

@@ -254,7 +254,9 @@ class TrainerActor(ShardReceiver, Actor):
     async def handle_save_checkpoint(self, msg: SaveCheckpoint) -> Ack:
         trainer = self._core()
         await anyio.to_thread.run_sync(
-            lambda: save_checkpoint(trainer, msg.path, iteration=msg.iteration)
+            lambda: save_checkpoint(
+                trainer, msg.path, iteration=msg.iteration, source=self.opts.model.path
+            )
         )
         return Ack()
 

@@ -87,6 +87,17 @@ class TrainBatch:
     def num_tokens(self) -> int:
         return int(self.mask.sum().item())
 
+    def to(self, device: torch.device) -> TrainBatch:
+        """The same batch on ``device`` (the model's)."""
+        return TrainBatch(
+            input_ids=self.input_ids.to(device),
+            targets=self.targets.to(device),
+            mask=self.mask.to(device),
+            old_logprobs=self.old_logprobs.to(device),
+            advantages=self.advantages.to(device),
+            rewards=self.rewards.to(device),
+        )
+
     def select(self, rows: Tensor) -> TrainBatch:
         """The rows ``rows`` (K,), trimmed on the right to their longest valid position."""
         mask = self.mask[rows]  # (K, T)

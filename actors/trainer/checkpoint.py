@@ -5,8 +5,10 @@
     model.safetensors   the weights, via ``actors.model.save_model`` (config in its metadata)
     state.pt            optimiser state and RNG states: torch, numpy, python ``random`` and
                         the trainer's own generator (loaded with ``weights_only=True``)
-    hf/                 the same weights as a Hugging Face Llama folder (``config.json``,
-                        ``model.safetensors``; ``actors.model.save_hf_folder``): what SGLang's
+    hf/                 the same weights as a Hugging Face folder of the model's architecture
+                        (``config.json``, ``generation_config.json``, ``model.safetensors``,
+                        and the source folder's tokenizer files when the model came from
+                        one; ``actors.model.save_hf_folder``): what SGLang's
                         ``--model-path`` and ``/update_weights_from_disk`` load, and so
                         does ``seer serve --model``
     meta.json           format, iteration, trainer version, ``extra`` (JSON), and the sha256
@@ -59,8 +61,16 @@ class CheckpointError(RuntimeError):
 
 
 def save_checkpoint(
-    trainer: GRPOTrainer, path: StrPath, *, iteration: int, extra: Mapping[str, Any] = _NO_EXTRA
+    trainer: GRPOTrainer,
+    path: StrPath,
+    *,
+    iteration: int,
+    extra: Mapping[str, Any] = _NO_EXTRA,
+    source: StrPath | None = None,
 ) -> None:
+    """``source``: the Hugging Face folder the model came from (its tokenizer files and
+    generation config go into ``hf/``); a seer file or None adds nothing."""
+    source = source if source and Path(source).is_dir() else None
     target = Path(path)
     try:
         extra_json = json.loads(json.dumps(dict(extra)))
@@ -73,7 +83,7 @@ def save_checkpoint(
     try:
         save_model(trainer.model, tmp / _MODEL)
         torch.save(_state(trainer), tmp / _STATE)
-        save_hf_folder(trainer.model, tmp / HF_FOLDER)
+        save_hf_folder(trainer.model, tmp / HF_FOLDER, source=source)
         meta = {
             "format": FORMAT,
             "iteration": iteration,

@@ -29,7 +29,8 @@ Contract of ``step(samples)``:
   use the model's own distribution.
 - On success ``version`` increments: it is the version the new weights carry.
 
-``torch.set_num_threads`` and the model's device are the caller's business. The reference
+``torch.set_num_threads`` is the caller's business; each micro-batch moves to the model's
+device. The reference
 model (for the KL term) is frozen and never saved by checkpoints.
 """
 
@@ -256,6 +257,9 @@ class GRPOTrainer:
         return grad_norm
 
     def _micro_loss(self, micro: TrainBatch) -> tuple[Tensor, dict[str, float]]:
+        device = next(self.model.parameters()).device
+        if device.type != "cpu":  # batches are made on the CPU; the model may be elsewhere
+            micro = micro.to(device)
         new_logprobs = self.sampling.logprobs(self.model(micro.input_ids), micro.targets)
         ref_logprobs = None
         if self.ref_model is not None:

@@ -6,11 +6,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from pipeline.cli import actor, bench, keys, profile, rollout, run, serve, sim
+from pipeline.cli import actor, bench, generate, keys, profile, rollout, run, serve, sim
 
 # one module per command, in the order `seer --help` lists them: each defines
 # add_parser(sub) (its subparser and flags) and run(args) -> int (the command)
-COMMANDS = (run, rollout, actor, bench, serve, profile, sim, keys)
+COMMANDS = (run, rollout, actor, bench, serve, generate, profile, sim, keys)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -29,8 +29,7 @@ import structlog
 import uvicorn
 
 from actors.generator.builtin import EngineConfig, TorchEngine
-from actors.model import LlamaModel, ModelConfig, load_hf_folder, load_model
-from actors.model.weights import read_hf_config
+from actors.model import LlamaModel, ModelConfig, load_pretrained, read_folder
 from pipeline.serve.app import ServerInfo, build_app
 from pipeline.serve.auth import BearerAuth
 from pipeline.serve.bridge import EngineBridge
@@ -161,12 +160,10 @@ def load_serving_model(options: ServeOptions) -> tuple[LlamaModel, int | None, s
     """(model, eos token id, a description of where it came from)."""
     path = str(weights_path(options.model_path)) if options.model_path else ""
     eos = options.eos_token_id
-    if path and Path(path).is_dir():
-        model = load_hf_folder(path)
-        hf_eos = read_hf_config(path).get("eos_token_id")
-        eos = eos if eos is not None else (hf_eos if isinstance(hf_eos, int) else None)
-    elif path:
-        model = load_model(path)
+    if path:  # a Hugging Face folder or a seer safetensors file: the one loader
+        model = load_pretrained(path)
+        if eos is None and Path(path).is_dir():
+            eos = read_folder(path).eos_token_id
     else:
         model, path = _default_model(options.default_model)
     default = options.default_model
@@ -179,7 +176,7 @@ def _default_model(default: DefaultModel | None) -> tuple[LlamaModel, str]:
     if default is None:
         raise ValueError("seer serve needs a model path (or ServeOptions.default_model)")
     if default.warm_start and Path(default.warm_start).exists():
-        return load_model(default.warm_start), default.warm_start
+        return load_pretrained(default.warm_start), default.warm_start
     log.warning("serve_random_model", reason="no cached warm start", looked_for=default.warm_start)
     return LlamaModel.random(default.config, seed=default.seed), ""
 

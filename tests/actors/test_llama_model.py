@@ -17,6 +17,7 @@ from actors.model import (
     ByteTokenizer,
     LlamaModel,
     ModelConfig,
+    ModelFolderError,
     load_hf_folder,
     load_model,
     save_model,
@@ -120,7 +121,7 @@ def test_load_local_hf_folder(tmp_path: Path, model_type: str) -> None:
 
 
 def test_load_hf_folder_needs_a_config(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match=r"config\.json"):
+    with pytest.raises(ModelFolderError, match=r"config\.json not found"):
         load_hf_folder(tmp_path)
 
 

@@ -30,13 +30,21 @@ class ParkedKV:
 
 class KVCache:
     def __init__(
-        self, cfg: ModelConfig, num_slots: int, capacity: int, dtype: torch.dtype = torch.float32
+        self,
+        cfg: ModelConfig,
+        num_slots: int,
+        capacity: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
     ) -> None:
         shape = (num_slots, cfg.num_kv_heads, capacity, cfg.head_dim)
         self.num_slots = num_slots
         self.capacity = capacity
-        self.keys = [torch.zeros(shape, dtype=dtype) for _ in range(cfg.num_layers)]
-        self.values = [torch.zeros(shape, dtype=dtype) for _ in range(cfg.num_layers)]
+        self.device = torch.device(device)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_layers)]
+        self.values = [
+            torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_layers)
+        ]
 
     def move(self, src: int, dst: int, length: int) -> None:
         """Copy the first ``length`` tokens of slot ``src`` into slot ``dst``."""
@@ -62,7 +70,7 @@ class KVCache:
         moves = [(s, d) for s, d in zip(src, dst, strict=True) if s != d]
         if not moves:
             return
-        src_idx = torch.tensor([s for s, _ in moves])
-        dst_idx = torch.tensor([d for _, d in moves])
+        src_idx = torch.tensor([s for s, _ in moves], device=self.device)
+        dst_idx = torch.tensor([d for _, d in moves], device=self.device)
         for buf in (*self.keys, *self.values):
             buf[slot, :, dst_idx] = buf[slot, :, src_idx]  # gather first: overlap-safe

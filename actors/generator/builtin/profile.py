@@ -47,7 +47,9 @@ class StepProfile:
         repeats: int,
     ) -> StepProfile:
         batches, draft_lens = sorted(set(batches)), sorted(set(draft_lens))
-        cache = KVCache(model.config, max(batches), context + max(draft_lens) + 1)
+        param = next(model.parameters())
+        capacity = context + max(draft_lens) + 1
+        cache = KVCache(model.config, max(batches), capacity, param.dtype, param.device)
         runner = ModelRunner(model, cache)
         probes = [_Probe.build(runner, b, g, context) for b in batches for g in draft_lens]
         samples: list[list[float]] = [[] for _ in probes]

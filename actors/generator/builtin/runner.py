@@ -49,12 +49,18 @@ class ModelRunner:
             [seg.ctx_len for seg in segments],
             [len(seg.token_ids) for seg in segments],
             masks if any(m is not None for m in masks) else None,
+            device=self.cache.device,
         )
-        index = None if logits_index is None else torch.tensor(logits_index, dtype=torch.long)
+        dev = self.cache.device
+        index = (
+            None
+            if logits_index is None
+            else torch.tensor(logits_index, dtype=torch.long, device=dev)
+        )
         with torch.inference_mode():
             return self.model.forward_cached(
-                torch.tensor(ids, dtype=torch.long),
-                torch.tensor(pos, dtype=torch.long),
+                torch.tensor(ids, dtype=torch.long, device=dev),
+                torch.tensor(pos, dtype=torch.long, device=dev),
                 self.cache.keys,
                 self.cache.values,
                 layout,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -95,6 +95,17 @@ class SamplingBatch:
             has_filter,
         )
 
+    def to(self, device: torch.device) -> SamplingBatch:
+        """The same batch with its tensors on ``device`` (the logits')."""
+        return replace(
+            self,
+            temperature=self.temperature.to(device),
+            divisor=self.divisor.to(device),
+            top_k=self.top_k.to(device),
+            top_p=self.top_p.to(device),
+            uniform=self.uniform.to(device),
+        )
+
 
 def sampling_probs(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     """(N, V) logits -> (N, V) probabilities after temperature, top-k and top-p."""
@@ -107,6 +118,8 @@ def sampling_probs(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
 def choose_tokens(logits: torch.Tensor, batch: SamplingBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """(N, V) logits -> (N,) token ids and (N,) logprobs (see the module docstring)."""
     logits = logits.float()
+    if logits.device.type != "cpu":
+        batch = batch.to(logits.device)
     if batch.is_all_greedy:
         return _greedy(logits)
     probs = sampling_probs(logits, batch)  # (N, V)

@@ -69,8 +69,10 @@ class TorchEngine:
             cfg.max_seq_len or model.config.max_context, model.config.max_context
         )
         self._version = weight_version
-        dtype = next(model.parameters()).dtype
-        self._cache = KVCache(model.config, cfg.max_batch + 1, self.max_seq_len, dtype)
+        param = next(model.parameters())  # the cache lives where the weights do
+        self._cache = KVCache(
+            model.config, cfg.max_batch + 1, self.max_seq_len, param.dtype, param.device
+        )
         self._runner = ModelRunner(self.model, self._cache)
         self._counts = dict.fromkeys(EngineCounters.__dataclass_fields__, 0)
         self._sched = Batcher(
