@@ -183,7 +183,7 @@ class GRPOTrainer:
         same maths in float32; what changes when the engine, dtype or device does."""
         total, count, worst = 0.0, 0, 0.0
         for micro_rows in _chunks(torch.arange(batch.mask.shape[0]), self.micro_batch_size):
-            micro = batch.select(micro_rows)
+            micro = batch.select(micro_rows).to(next(self.model.parameters()).device)
             new = self.sampling.logprobs(self.model(micro.input_ids), micro.targets)
             mask = micro.mask.bool() & torch.isfinite(micro.old_logprobs)
             diff = (new.float() - micro.old_logprobs).abs()[mask]
