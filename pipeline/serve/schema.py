@@ -153,16 +153,12 @@ def request_class(name: str) -> type:
         namespace,
     )
     for ref in ast.walk(node):
-        known = (
-            ref.id in namespace or hasattr(builtins, ref.id) if isinstance(ref, ast.Name) else True
-        )
-        if not known and ref.id != name:  # type: ignore[attr-defined]
-            namespace[ref.id] = Any  # type: ignore[attr-defined]
+        if not isinstance(ref, ast.Name) or ref.id == name:
+            continue
+        if ref.id not in namespace and not hasattr(builtins, ref.id):
+            namespace[ref.id] = Any
     body = [n for n in node.body if not isinstance(n, ast.FunctionDef)] or [ast.Pass()]
-    node = ast.ClassDef(
-        name=node.name, bases=node.bases, keywords=node.keywords, body=body,
-        decorator_list=[], type_params=[],
-    )  # fmt: skip
+    node.body, node.decorator_list = body, []  # its fields only
     tree = ast.fix_missing_locations(ast.Module(body=[node], type_ignores=[]))
     exec(compile(tree, f"{wheel_path()}!/{IO_STRUCT}", "exec"), namespace)
     cls: type = namespace[name]

@@ -73,7 +73,6 @@ class SchemaGate:
         await send(start)
         await send({"type": "http.response.body", "body": out, "more_body": False})
 
-
     async def _control(self, scope: Scope, receive: Any, send: Any) -> None:
         body = await _read(receive)
         try:
