@@ -49,6 +49,21 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     )
     srv.add_argument("--api-key", help="require Authorization: Bearer <key> (not on /health*)")
     srv.add_argument(
+        "--admin-api-key",
+        help="the control routes (pause, weights, abort, flush) take only this key (SGLang's)",
+    )
+    srv.add_argument(
+        "--context-length", type=int, help="cap the model's context (SGLang's; default the model's)"
+    )
+    srv.add_argument(  # SGLang's flags a launching backend passes: ids suffice here
+        "--skip-tokenizer-init",
+        action="store_true",
+        help="accepted for SGLang's command line: seer serve takes and returns token ids only",
+    )
+    srv.add_argument(
+        "--tokenizer-path", help="accepted for SGLang's command line; seer serve uses no tokenizer"
+    )
+    srv.add_argument(
         "--incremental-streaming-output",
         action="store_true",
         help="stream frames carry only the new tokens (SGLang's flag; default cumulative)",
@@ -98,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
             eos_token_id=args.eos_token_id,
             step_delay_s=args.step_delay_ms / 1000,
             api_key=args.api_key or "",
+            admin_api_key=args.admin_api_key or "",
+            context_length=args.context_length,
             incremental_streaming_output=args.incremental_streaming_output,
             default_model=serve_default_model(),
         )

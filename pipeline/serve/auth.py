@@ -1,4 +1,16 @@
-"""BearerAuth: SGLang's ``--api-key`` check as an ASGI wrapper."""
+"""ApiKeyAuth: SGLang 0.5.23's ``--api-key`` and ``--admin-api-key`` checks as an ASGI wrapper.
+
+SGLang's rules (``sglang/srt/utils/auth.py``, ``decide_request_auth``), by route level:
+
+- ``/health*``, ``/ready*``, ``/metrics*`` and ``OPTIONS``: always open;
+- control routes (``ADMIN_ROUTES``: SGLang marks them ``ADMIN_OPTIONAL``): with an admin key
+  only that key is accepted (the plain key is refused); with only the plain key, that one;
+  with neither, open;
+- every other route: the plain key when one is set (the admin key does not open them),
+  else open.
+
+A refused request gets 401 ``{"error": "Unauthorized"}``.
+"""
 
 from __future__ import annotations
 
@@ -7,27 +19,44 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
+# the routes of `seer serve` that SGLang 0.5.23 marks @auth_level(AuthLevel.ADMIN_OPTIONAL)
+ADMIN_ROUTES = frozenset(
+    {
+        "/abort_request", "/pause_generation", "/continue_generation", "/flush_cache",
+        "/update_weights_from_disk", "/update_weight_version", "/init_weights_update_group",
+        "/destroy_weights_update_group", "/begin_weight_update", "/end_weight_update",
+        "/update_weights_from_distributed",
+    }
+)  # fmt: skip
+OPEN_PREFIXES = ("/health", "/ready", "/metrics")
 
-class BearerAuth:
-    """SGLang's ``--api-key``: every route but ``/health*``, ``/ready*`` and ``/metrics*``
-    needs ``Authorization: Bearer <key>``; otherwise 401 ``{"error": "Unauthorized"}``."""
 
-    OPEN_PREFIXES = ("/health", "/ready", "/metrics")
+def allowed(method: str, path: str, authorization: str, api_key: str, admin_api_key: str) -> bool:
+    """Whether SGLang would let this request through (see the module)."""
+    if method == "OPTIONS" or path.startswith(OPEN_PREFIXES):
+        return True
+    key = (admin_api_key or api_key) if path in ADMIN_ROUTES else api_key
+    if not key:
+        return True
+    scheme, _, token = authorization.partition(" ")
+    return scheme.lower() == "bearer" and secrets.compare_digest(token, key)
 
-    def __init__(self, app: Any, api_key: str) -> None:
+
+class ApiKeyAuth:
+    def __init__(self, app: Any, api_key: str = "", admin_api_key: str = "") -> None:
         self.app = app
         self.api_key = api_key
+        self.admin_api_key = admin_api_key
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and not self._allowed(scope):
-            response = JSONResponse({"error": "Unauthorized"}, status_code=401)
-            await response(scope, receive, send)
-            return
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or [])
+            authorization = headers.get(b"authorization", b"").decode("latin-1")
+            ok = allowed(
+                scope["method"], scope["path"], authorization, self.api_key, self.admin_api_key
+            )
+            if not ok:
+                response = JSONResponse({"error": "Unauthorized"}, status_code=401)
+                await response(scope, receive, send)
+                return
         await self.app(scope, receive, send)
-
-    def _allowed(self, scope: Any) -> bool:
-        if scope["method"] == "OPTIONS" or scope["path"].startswith(self.OPEN_PREFIXES):
-            return True
-        headers = dict(scope.get("headers") or [])
-        scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-        return scheme.lower() == "bearer" and secrets.compare_digest(token, self.api_key)

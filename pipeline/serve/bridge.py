@@ -181,9 +181,16 @@ class EngineBridge:
 
     # ---- weights ---------------------------------------------------------------------------
     async def update_weights(
-        self, path: str, version: str | None, *, flush_cache: bool, abort_all: bool
+        self,
+        path: str | Mapping[str, torch.Tensor],
+        version: str | None,
+        *,
+        flush_cache: bool,
+        abort_all: bool,
     ) -> tuple[bool, str]:
-        """Load weights from ``path`` (a safetensors file or an HF folder). Unpaused, new
+        """Load weights from ``path`` (a safetensors file or an HF folder), or tensors
+        received by name (over the current weights: a distributed update may name only
+        some). Unpaused, new
         requests wait and running ones finish first (SGLang's model-update lock); paused,
         the swap lands at once. ``(success, message)`` as SGLang reports them."""
         if abort_all:
@@ -443,20 +450,28 @@ class EngineBridge:
             self.engine.release(engine_id)
 
     def _swap(
-        self, path: str, version: str | None, flush_cache: bool, need_idle: bool = False
+        self,
+        path: str | Mapping[str, torch.Tensor],
+        version: str | None,
+        flush_cache: bool,
+        need_idle: bool = False,
     ) -> tuple[bool, str] | None:
         live = [*self._live.values(), *self._retracted]
         if need_idle and live:
             return None  # a request slipped in: wait for it too
         try:
-            state = read_weights(weights_path(path))
+            if isinstance(path, str):
+                state = read_weights(weights_path(path))
+            else:
+                state = {**self.engine.model.state_dict(), **path}
             self._load(state, busy=bool(self._live))
         except (OSError, ValueError, RuntimeError) as exc:
             return False, f"Failed to update weights: {type(exc).__name__}: {exc}"
         self._drop_prefixes()
         if version is not None:
             self._relabel(version)
-        log.info("serve_weights_updated", path=path, version=self.version, live=len(live))
+        where = path if isinstance(path, str) else f"{len(path)} tensors"
+        log.info("serve_weights_updated", source=where, version=self.version, live=len(live))
         if flush_cache and live:
             return False, (
                 "Weights were updated, but the cache was not flushed because requests are "

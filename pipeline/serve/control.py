@@ -152,13 +152,18 @@ class ControlRoutes:
                 "tokenizer_path": i.model_path,
                 "host": i.host,
                 "port": i.port,
-                "context_length": i.context_len,
+                # as SGLang 0.5.23: the --context-length given (null when not), and the
+                # scheduler's `max_req_input_len`; `max_context_length`: the context served
+                "context_length": i.context_length,
+                "max_req_input_len": i.max_req_input_len,
                 "max_context_length": i.context_len,
                 "max_total_num_tokens": i.kv_budget_tokens,
                 "max_running_requests": i.max_batch,
                 "max_prefill_tokens": i.max_prefill_tokens,
                 "dp_size": 1,
                 "tp_size": i.tp_size,
+                "pp_size": 1,
+                "skip_tokenizer_init": True,  # ids in, ids out: it serves no tokenizer
                 "incremental_streaming_output": i.incremental_streaming_output,
                 "disaggregation_mode": "null",
                 "speculative_algorithm": None,

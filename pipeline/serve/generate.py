@@ -56,7 +56,10 @@ class GenerateRoute:
         try:
             body = await json_body(request)
             specs, is_batch, stream = parse_generate(
-                body, context_len=self.info.context_len, vocab_size=self.info.vocab_size
+                body,
+                context_len=self.info.context_len,
+                vocab_size=self.info.vocab_size,
+                max_input_len=self.info.max_req_input_len,
             )
             for spec in specs:  # SGLang refuses a rid that is still in flight
                 if spec.rid in self._live_rids:

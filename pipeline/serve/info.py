@@ -24,3 +24,10 @@ class ServerInfo:
     tp_size: int = 1  # intra-op threads: the CPU analogue of tensor parallelism
     # SGLANG_HEALTH_CHECK_TIMEOUT: how long /health_generate waits for the engine's output
     health_check_timeout_s: float = 20.0
+    context_length: int | None = None  # --context-length as given (SGLang reports null if not)
+
+    @property
+    def max_req_input_len(self) -> int:
+        """SGLang 0.5.23's scheduler bound on an input (``TpModelWorker.get_worker_info``):
+        ``min(context - 1, KV capacity - 1) - 5``."""
+        return min(self.context_len - 1, self.kv_budget_tokens - 1) - 5

@@ -110,9 +110,10 @@ class Output:
 
 
 def parse_generate(
-    body: Any, *, context_len: int, vocab_size: int
+    body: Any, *, context_len: int, vocab_size: int, max_input_len: int | None = None
 ) -> tuple[list[GenerateSpec], bool, bool]:
-    """(requests, is_batch, stream) of a ``/generate`` body."""
+    """(requests, is_batch, stream) of a ``/generate`` body. ``max_input_len``: SGLang's
+    ``max_req_input_len``, the scheduler's bound on an input (checked after the context)."""
     if not isinstance(body, dict):
         raise ContractError(f"invalid type: {_kind(body)}, expected a map")
     if body.get("text") is not None:
@@ -134,9 +135,10 @@ def parse_generate(
     with_prompt = _expect(
         body.get("return_prompt_token_ids", False), bool, "return_prompt_token_ids"
     )
+    limits = (context_len, vocab_size, max_input_len)
     specs = [
         dataclasses.replace(
-            _one_spec(batch[i], rids[i], params[i], logprob[i], in_text, context_len, vocab_size),
+            _one_spec(batch[i], rids[i], params[i], logprob[i], in_text, *limits),
             return_prompt_token_ids=with_prompt,
         )
         for i in range(n)
@@ -175,6 +177,7 @@ def _one_spec(
     in_text: bool,
     context_len: int,
     vocab_size: int,
+    max_input_len: int | None = None,
 ) -> GenerateSpec:
     tokens = _token_ids(ids, vocab_size)
     rid = uuid.uuid4().hex if rid is None else _expect(rid, str, "rid")
@@ -185,6 +188,11 @@ def _one_spec(
     if max_new < 0:
         raise RequestError(f"max_new_tokens must be at least 0, got {max_new}.")
     _check_context(len(tokens), max_new, context_len)
+    if max_input_len is not None and len(tokens) >= max_input_len:  # the scheduler's check
+        raise RequestError(
+            f"Input length ({len(tokens)} tokens) exceeds the maximum allowed length "
+            f"({max_input_len} tokens). Use a shorter input or enable --allow-auto-truncate."
+        )
     return GenerateSpec(
         rid=rid,
         input_ids=tokens,

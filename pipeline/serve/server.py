@@ -31,7 +31,7 @@ import uvicorn
 from actors.generator.builtin import EngineConfig, TorchEngine
 from actors.model import LlamaModel, ModelConfig, load_pretrained, read_folder
 from pipeline.serve.app import ServerInfo, build_app
-from pipeline.serve.auth import BearerAuth
+from pipeline.serve.auth import ApiKeyAuth
 from pipeline.serve.bridge import EngineBridge
 from pipeline.serve.paths import weights_path
 
@@ -85,6 +85,10 @@ class ServeOptions:
     log_level: str = "warning"
     step_delay_s: float = 0.0  # sleep after every engine step: slows the server on purpose
     api_key: str = ""  # "" = open; else SGLang's --api-key (Authorization: Bearer <key>)
+    # SGLang's --admin-api-key: the control routes then take only this key (auth.py)
+    admin_api_key: str = ""
+    # SGLang's --context-length: caps the model's context (None: the model's)
+    context_length: int | None = None
     incremental_streaming_output: bool = False  # stream frames carry only new tokens
     # /health_generate's wait for engine output (SGLang: SGLANG_HEALTH_CHECK_TIMEOUT, 20 s)
     health_check_timeout_s: float = field(default_factory=health_check_timeout_from_env)
@@ -192,13 +196,22 @@ def _build(options: ServeOptions, port: int) -> tuple[EngineBridge, ServerInfo]:
         profile=False,
     )
     engine = TorchEngine(model, config)
+    context_len = engine.max_seq_len
+    if options.context_length is not None:
+        if not 1 < options.context_length <= engine.max_seq_len:
+            raise ValueError(
+                f"context_length {options.context_length} must be in 2..{engine.max_seq_len} "
+                f"(the model's context)"
+            )
+        context_len = options.context_length
     bridge = EngineBridge(engine, step_delay_s=options.step_delay_s)
     bridge.start()
     info = ServerInfo(
         model_path=source,
         host=options.host,
         port=port,
-        context_len=engine.max_seq_len,
+        context_len=context_len,
+        context_length=options.context_length,
         vocab_size=model.config.vocab_size,
         max_batch=config.max_batch,
         kv_budget_tokens=config.kv_budget_tokens,
@@ -216,8 +229,8 @@ def _build(options: ServeOptions, port: int) -> tuple[EngineBridge, ServerInfo]:
 
 def _uvicorn_config(bridge: EngineBridge, info: ServerInfo, opts: ServeOptions) -> uvicorn.Config:
     app: Any = build_app(bridge, info)
-    if opts.api_key:
-        app = BearerAuth(app, opts.api_key)
+    if opts.api_key or opts.admin_api_key:
+        app = ApiKeyAuth(app, opts.api_key, opts.admin_api_key)
     return uvicorn.Config(
         app,
         log_level=opts.log_level,

@@ -3,9 +3,10 @@
 
 An ASGI layer decodes every `/generate` request with SGLang's `GenerateRequest` (a 400 with
 SGLang's message when it fails, as SGLang 0.5.22+'s contract gate answers) and every
-non-streaming response with `GenerateResponse` (a 500 naming the fault when it fails), so a
-test that drives the SGLang backend against these servers fails on any request or response
-outside the contract.
+non-streaming response with `GenerateResponse` (a 500 naming the fault when it fails), and
+the body of every control POST (pause, weights, abort, ...) with the `io_struct` class
+SGLang's handler for that route takes (a 400 naming the fault), so a test that drives the
+SGLang backend against these servers fails on any request or response outside the contract.
 
 With `SEER_SERVE_RID_DIR=DIR` in its environment it also appends one JSON line per valid
 `/generate` request to `DIR/<its port>.jsonl` (`rid`, and the `user-agent` it came with):
@@ -19,7 +20,12 @@ import os
 import sys
 from typing import Any
 
-from pipeline.serve.schema import validate_generate_request, validate_generate_response
+from pipeline.serve.schema import (
+    route_request_classes,
+    validate_control_request,
+    validate_generate_request,
+    validate_generate_response,
+)
 
 Scope = dict[str, Any]
 
@@ -29,15 +35,14 @@ class SchemaGate:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        http = scope["type"] == "http"
+        if http and scope["method"] == "POST" and scope["path"] in route_request_classes():
+            await self._control(scope, receive, send)
+            return
         if scope["type"] != "http" or scope["path"] != "/generate":
             await self.app(scope, receive, send)
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await _read(receive)
         try:
             request = json.loads(body)
             validate_generate_request(request)
@@ -67,6 +72,24 @@ class SchemaGate:
                 return
         await send(start)
         await send({"type": "http.response.body", "body": out, "more_body": False})
+
+    async def _control(self, scope: Scope, receive: Any, send: Any) -> None:
+        body = await _read(receive)
+        try:
+            validate_control_request(scope["path"], json.loads(body or b"{}"))
+        except ValueError as exc:
+            await _answer(send, 400, {"error": f"SGLang schema: {exc}"})
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+
+async def _read(receive: Any) -> bytes:
+    body = b""
+    while True:
+        msg = await receive()
+        body += msg.get("body", b"")
+        if not msg.get("more_body"):
+            return body
 
 
 def _log_rid(scope: Scope, request: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,49 @@ def test_a_weight_update_reaches_every_server_and_outputs_carry_the_new_version(
         assert [s.token_ids for g in after for s in g.samples] == reference
 
     anyio.run(main)
+
+
+def test_launched_servers_take_the_weights_through_sglangs_distributed_update(
+    model_path: str, tmp_path: Path
+) -> None:
+    """The generator launches its `seer serve` (SGLang's schema gate judging every
+    `/generate` and control body) with `{server_args}` (`--skip-tokenizer-init
+    --context-length 200`), forms the weight-update group with it, and a published version
+    arrives by gloo broadcast, not by disk."""
+    new = LlamaModel.random(ModelOptions(**TINY_MODEL).config(), seed=4)
+    reference = greedy_reference_of(new, GREEDY)
+    gen = generator(model_path)
+    gen["backend"] = "sglang"
+    gen["sglang"] = {
+        "command": [*SERVE_COMMAND, "{server_args}"],
+        "base_port": 0,
+        "context_len": 200,
+        "weight_sync": "distributed",
+        "weights_dir": str(tmp_path / "w"),
+        "request_timeout_s": 60.0,
+    }
+
+    async def main() -> None:
+        config = rollout_config(
+            num_generators=1, chunk_size=8, generator=gen, run_dir=str(tmp_path)
+        )
+        async with Rollout(config, mode="inprocess") as rollout:
+            await rollout.update_weights(new.state_dict(), version=1)
+            after = await rollout.generate(PROMPTS, 3, GREEDY, policy="divided")
+        assert all(set(s.weight_versions) == {1} for g in after for s in g.samples)
+        assert [s.token_ids for g in after for s in g.samples] == reference
+
+    anyio.run(main)
+    logs = "".join(p.read_text() for p in (tmp_path / "w").glob("server-*.log"))
+    assert "Traceback" not in logs
+    written = sorted(p.name for p in (tmp_path / "w").iterdir())
+    assert written == ["gen0-initial", "server-0.log"]  # no folder for version 1
+
+
+def greedy_reference_of(model: LlamaModel, sampling: SamplingSpec) -> list[tuple[int, ...]]:
+    path = Path(tempfile.mkdtemp()) / "m.safetensors"
+    save_model(model, path)
+    return greedy_reference(str(path), sampling)
 
 
 def test_a_server_killed_mid_rollout_loses_and_duplicates_no_sample(

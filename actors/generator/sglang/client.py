@@ -16,6 +16,16 @@ machine. Idle pooled connections are closed after `KEEPALIVE_S`, before the serv
 keep-alive timeout (uvicorn's and so SGLang's: 5 s), so a request never goes out on a
 connection the server is closing.
 
+Keys: `api_key` goes as `Authorization: Bearer` on every call; `admin_api_key` replaces it
+on SGLang's control routes (`ADMIN_ROUTES`: 0.5.23 marks them `ADMIN_OPTIONAL`, and a
+server started with `--admin-api-key` accepts only that key there, never the plain one).
+
+Weight updates run inside our own pause: `update_weights_from_disk` is pause (abort) ->
+`/update_weights_from_disk` -> continue; `update_weights_from_distributed` is pause ->
+`/begin_weight_update` -> `/update_weights_from_distributed` while the caller broadcasts
+the tensors -> `/end_weight_update` -> continue (0.5.23 refuses a distributed update outside
+a begin/end session). Both check `success` and then the version with `/model_info`.
+
 `event_hooks` observe every exchange (tests, tools): `{"request": [f], "response": [g]}`,
 awaited as `f(SentRequest)` before a request is sent and `g(ReceivedResponse)` once its
 body has arrived; an exception raised there fails the call.
@@ -24,11 +34,13 @@ body has arrived; an exception raised there fails the call.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import anyio
 
 from actors.generator.errors import ServerError, ServerLostError
 from actors.generator.sglang.protocol import error_message, parse_version
@@ -37,6 +49,15 @@ from actors.generator.sglang.router import is_upstream_failure
 LOST_STATUS = frozenset({502, 503, 504})
 KEEPALIVE_S = 4.0  # below uvicorn's (SGLang's server's) 5 s keep-alive
 USER_AGENT = "seer-rl (sglang backend)"
+# the routes this backend calls that SGLang 0.5.23 marks ADMIN_OPTIONAL (http_server.py)
+ADMIN_ROUTES = frozenset(
+    {
+        "/abort_request", "/pause_generation", "/continue_generation", "/flush_cache",
+        "/update_weights_from_disk", "/update_weight_version", "/init_weights_update_group",
+        "/destroy_weights_update_group", "/begin_weight_update", "/end_weight_update",
+        "/update_weights_from_distributed",
+    }
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +87,7 @@ class SGLangClient:
         url: str,
         *,
         api_key: str = "",
+        admin_api_key: str = "",
         request_timeout_s: float = 600.0,
         connect_timeout_s: float = 5.0,
         max_connections: int = 512,
@@ -81,6 +103,9 @@ class SGLangClient:
         self._headers = {"User-Agent": USER_AGENT}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
+        self._admin_headers = dict(self._headers)
+        if admin_api_key:
+            self._admin_headers["Authorization"] = f"Bearer {admin_api_key}"
         self._connect_timeout_s = connect_timeout_s
         self._timeout = self._timeout_of(request_timeout_s)
         hooks = dict(event_hooks or {})
@@ -116,7 +141,8 @@ class SGLangClient:
         """One request to `path` (on this server, or an absolute URL); the decoded JSON
         body (None for an empty one)."""
         content = json.dumps(body).encode() if body is not None else None
-        sent_headers = {**self._headers, **(headers or {})}
+        base = self._admin_headers if path.partition("?")[0] in ADMIN_ROUTES else self._headers
+        sent_headers = {**base, **(headers or {})}
         if content is not None:
             sent_headers["Content-Type"] = "application/json"
         where = path if "://" in path else f"{self.url}{path}"
@@ -186,30 +212,99 @@ class SGLangClient:
             "/update_weight_version", await self.call("POST", "/update_weight_version", body)
         )
 
-    async def update_weights_from_disk(self, model_path: str, version: int) -> None:
-        """pause (abort) -> update_weights_from_disk -> continue; `success` checked, and
-        the version verified with `/model_info`. `is_paused` holds throughout."""
+    @asynccontextmanager
+    async def _paused(self) -> AsyncIterator[None]:
+        """pause (abort) ... continue; `is_paused` holds throughout."""
         self.num_pauses += 1
         self.is_paused = True
         try:
             await self.call("POST", "/pause_generation", {"mode": "abort"})
             try:
-                body = {
-                    "model_path": model_path,
-                    "weight_version": str(version),
-                    "flush_cache": True,
-                }
-                reply = await self.call("POST", "/update_weights_from_disk", body)
-                _check_success("/update_weights_from_disk", reply)
+                yield
             finally:
                 await self.call("POST", "/continue_generation", {})
         finally:
             self.is_paused = False
+
+    async def _verify_version(self, version: int) -> None:
         held = await self.weight_version(timeout=30.0)
         if held != version:
             raise ServerError(
                 f"/model_info reports weight version {held} after updating to {version}"
             )
+
+    async def update_weights_from_disk(self, model_path: str, version: int) -> None:
+        """pause (abort) -> update_weights_from_disk -> continue; `success` checked, and
+        the version verified with `/model_info`."""
+        async with self._paused():
+            body = {"model_path": model_path, "weight_version": str(version), "flush_cache": True}
+            reply = await self.call("POST", "/update_weights_from_disk", body)
+            _check_success("/update_weights_from_disk", reply)
+        await self._verify_version(version)
+
+    async def init_weights_update_group(
+        self,
+        *,
+        master_address: str,
+        master_port: int,
+        rank_offset: int,
+        world_size: int,
+        group_name: str,
+        backend: str,
+        timeout: float,
+    ) -> None:
+        """The server's ranks join the group (the caller joins as rank 0 meanwhile)."""
+        body = {
+            "master_address": master_address,
+            "master_port": master_port,
+            "rank_offset": rank_offset,
+            "world_size": world_size,
+            "group_name": group_name,
+            "backend": backend,
+        }
+        reply = await self.call("POST", "/init_weights_update_group", body, timeout=timeout)
+        _check_success("/init_weights_update_group", reply)
+
+    async def destroy_weights_update_group(self, group_name: str, timeout: float) -> None:
+        body = {"group_name": group_name}
+        reply = await self.call("POST", "/destroy_weights_update_group", body, timeout=timeout)
+        _check_success("/destroy_weights_update_group", reply)
+
+    async def update_weights_from_distributed(
+        self,
+        meta: Mapping[str, Any],
+        version: int,
+        broadcast: Callable[[], Awaitable[None]],
+        *,
+        group_name: str,
+        timeout: float,
+    ) -> None:
+        """pause -> begin_weight_update -> update_weights_from_distributed (`meta`: names,
+        dtypes, shapes) while `broadcast()` sends the tensors -> end_weight_update ->
+        continue; `success` checked at each step, the version verified."""
+        body = {
+            **meta,
+            "group_name": group_name,
+            "flush_cache": True,
+            "weight_version": str(version),
+        }
+        async with self._paused():
+            _check_success(
+                "/begin_weight_update", await self.call("POST", "/begin_weight_update", {})
+            )
+            try:
+                async with anyio.create_task_group() as tg:
+
+                    async def update() -> None:
+                        path = "/update_weights_from_distributed"
+                        _check_success(path, await self.call("POST", path, body, timeout=timeout))
+
+                    tg.start_soon(update)
+                    await broadcast()
+            finally:
+                reply = await self.call("POST", "/end_weight_update", {})
+                _check_success("/end_weight_update", reply)
+        await self._verify_version(version)
 
 
 def _check_success(path: str, reply: Any) -> None:

@@ -16,9 +16,18 @@ Router: with `router_url`, `/generate` goes through SGLang's router, pinned to t
 engine's server by its index in the router's worker list (`router.py`); every control
 call still goes to the server.
 
-Weights: a published state dict is written as a Hugging Face folder and loaded with
-pause -> `/update_weights_from_disk` (with `weight_version`) -> continue, then verified
-with `/model_info`. A path is loaded as is. Speculation is the server's own business: the
+Context: the longest sequence a chunk may reach is read from `/server_info` at start:
+0.5.23's `max_req_input_len` (the scheduler's limit on an input, which also keeps input +
+new tokens within its `max_req_len`), capped by `context_length` (the server's
+`--context-length`, null unless given) and by `SGLangOptions.context_len`; a server that
+reports neither, with no option set, is refused (`ServerError`), never assumed.
+
+Weights (`SGLangOptions.weight_sync`): "disk" writes a published state dict as a Hugging
+Face folder and loads it with pause -> `/update_weights_from_disk` (with `weight_version`)
+-> continue, then verifies with `/model_info` (a path is loaded as is); "distributed" forms
+SGLang's weight-update group at start (this process is rank 0, the server's ranks follow)
+and broadcasts each version's tensors under HF names inside `/begin_weight_update` ..
+`/end_weight_update` (`distributed.py`). Speculation is the server's own business: the
 engine verifies no client drafts and reports SGLang's `spec_*` statistics per chunk.
 """
 
@@ -38,7 +47,8 @@ import structlog
 from actors.generator.engine import ChunkRequest, ChunkResult, EngineCounters, EngineLoad
 from actors.generator.errors import DuplicateRequestError, ServerError, ServerLostError
 from actors.generator.sglang.client import SGLangClient
-from actors.generator.sglang.launch import ServerProcess, fill_command, free_port
+from actors.generator.sglang.distributed import WeightGroup, tensor_meta
+from actors.generator.sglang.launch import ServerProcess, fill_command, free_port, server_args
 from actors.generator.sglang.options import SGLangOptions
 from actors.generator.sglang.protocol import (
     chunk_rid,
@@ -50,7 +60,13 @@ from actors.generator.sglang.protocol import (
     validate_chunk,
 )
 from actors.generator.sglang.router import TARGET_HEADER, worker_index
-from actors.generator.sglang.weights import is_hf_folder, model_config_of, write_hf_folder
+from actors.generator.sglang.weights import (
+    has_tokenizer,
+    hf_tensors,
+    is_hf_folder,
+    model_config_of,
+    write_hf_folder,
+)
 from actors.model.options import ModelOptions
 
 log = structlog.get_logger()
@@ -78,7 +94,7 @@ class SGLangEngine:
         self.index = index
         self.url = self.opts.server_url(index)
         self.model_config = model_config_of(model.path, model.config())
-        self.context_len = self.opts.context_len or self.model_config.max_context
+        self.context_len = 0  # from the server's /server_info at start
         self.server: ServerProcess | None = None
         self._client: SGLangClient | None = None
         self._version = 0
@@ -92,6 +108,8 @@ class SGLangEngine:
         self._weights_dir = Path(self.opts.weights_dir) if self.opts.weights_dir else None
         self._own_dir = False
         self._last_weights: Path | None = None
+        self._group: WeightGroup | None = None  # distributed weight sync: we are rank 0
+        self._group_name = f"seer_weights_{index}"
 
     # ---- lifecycle -----------------------------------------------------------------------
     @property
@@ -123,13 +141,14 @@ class SGLangEngine:
             connect_timeout_s=o.connect_timeout_s,
             max_connections=o.max_connections,
             event_hooks=self.event_hooks,
+            admin_api_key=o.admin_api_key,
         )
         if o.router_url:
             await self._route_via(o.router_url)
         info = await self.client.server_info(timeout=30.0)
-        ctx = info.get("context_length")
-        if not o.context_len and isinstance(ctx, int) and ctx > 0:
-            self.context_len = ctx
+        self.context_len = context_len_of(info, o.context_len, self.url)
+        if o.weight_sync == "distributed":
+            await self._join_weight_group(info)
         if await self.client.weight_version(timeout=30.0) != self._version:
             await self.client.set_weight_version(self._version)
         await self.check()
@@ -159,12 +178,69 @@ class SGLangEngine:
             )
         port = o.base_port + self.index if o.base_port else free_port(o.host)
         self.url = f"http://{o.host}:{port}"
-        args = fill_command(o.command, model=path, host=o.host, port=port, tp_size=o.tp_size)
+        extra = server_args(
+            path,
+            skip_tokenizer_init=o.skip_tokenizer_init,
+            context_len=o.context_len,
+            has_tokenizer=has_tokenizer(path),
+        )
+        args = fill_command(
+            o.command, model=path, host=o.host, port=port, tp_size=o.tp_size, extra=extra
+        )
         self.server = ServerProcess(args, self.url, self._dir() / f"server-{self.index}.log")
         log.info("sglang_launching", args=args)
         await self.server.start(o.start_timeout_s)
 
+    async def _join_weight_group(self, info: Mapping[str, Any]) -> None:
+        """`/init_weights_update_group` on the server while this process joins as rank 0
+        (the server's ranks: its tp_size x pp_size, `rank_offset` 1)."""
+        o = self.opts
+        ranks = _int_field(info, "tp_size", 1) * _int_field(info, "pp_size", 1)
+        backend = o.weight_sync_backend
+        if backend == "auto":
+            import torch
+
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+        port = free_port(o.weight_sync_host)
+        group: dict[str, WeightGroup] = {}
+
+        async def join() -> None:
+            group["g"] = await anyio.to_thread.run_sync(
+                lambda: WeightGroup.open(
+                    master_address=o.weight_sync_host,
+                    master_port=port,
+                    rank=0,
+                    world_size=1 + ranks,
+                    group_name=self._group_name,
+                    backend=backend,
+                    timeout_s=o.weight_sync_timeout_s,
+                )
+            )
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(join)
+            await self.client.init_weights_update_group(
+                master_address=o.weight_sync_host,
+                master_port=port,
+                rank_offset=1,
+                world_size=1 + ranks,
+                group_name=self._group_name,
+                backend=backend,
+                timeout=o.weight_sync_timeout_s,
+            )
+        self._group = group["g"]
+        log.info("sglang_weight_group", url=self.url, backend=backend, ranks=ranks, port=port)
+
     async def aclose(self) -> None:
+        if self._group is not None and self._client is not None:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await self.client.destroy_weights_update_group(self._group_name, 10.0)
+                except (ServerError, ServerLostError) as exc:
+                    log.warning("sglang_weight_group_destroy_failed", url=self.url, error=str(exc))
+        if self._group is not None:
+            self._group.close()
+            self._group = None
         if self._client is not None:
             await self._client.aclose()
         if self.server is not None:  # SIGTERM, then SIGKILL after 10 s (off the event loop)
@@ -292,6 +368,9 @@ class SGLangEngine:
 
     # ---- weights -------------------------------------------------------------------------
     async def update_weights(self, source: object, version: int) -> None:
+        if self._group is not None and not isinstance(source, str | Path):
+            await self._update_distributed(dict(source), version)  # type: ignore[call-overload]
+            return
         if isinstance(source, str | Path):
             path = str(source)
         else:
@@ -311,3 +390,45 @@ class SGLangEngine:
             and previous.parent == self._dir()
         ):
             shutil.rmtree(previous, ignore_errors=True)
+
+    async def _update_distributed(self, state: dict[str, Any], version: int) -> None:
+        group = self._group
+        assert group is not None
+        tensors = hf_tensors(state, self.model_config)
+
+        async def broadcast() -> None:
+            await anyio.to_thread.run_sync(group.send, tensors)
+
+        await self.client.update_weights_from_distributed(
+            tensor_meta(tensors),
+            version,
+            broadcast,
+            group_name=self._group_name,
+            timeout=self.opts.weight_sync_timeout_s,
+        )
+        self._version = version
+        log.info("sglang_weights_broadcast", url=self.url, version=version, tensors=len(tensors))
+
+
+def _int_field(info: Mapping[str, Any], key: str, default: int) -> int:
+    value = info.get(key)
+    return value if isinstance(value, int) and value > 0 else default
+
+
+def context_len_of(info: Mapping[str, Any], option: int, url: str | None) -> int:
+    """The longest sequence (input + new tokens) the server takes, from its `/server_info`:
+    SGLang 0.5.23 reports `max_req_input_len` (min(context - 1, KV capacity - 1) - 5, the
+    bound the scheduler holds inputs to; input + new tokens stay within it, below its
+    `max_req_len - 1`) and `context_length` (`--context-length`, null unless given);
+    `option` > 0 caps both. `ServerError` when nothing says."""
+    bounds = [option] if option > 0 else []
+    for key in ("max_req_input_len", "context_length"):
+        value = info.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            bounds.append(value)
+    if not bounds:
+        raise ServerError(
+            f"{url}/server_info reports neither max_req_input_len nor context_length; set "
+            f"SGLangOptions.context_len to the server's context length"
+        )
+    return min(bounds)

@@ -1,10 +1,11 @@
 """ServerProcess: an SGLang-compatible server this generator launched, and its end.
 
 The command line is the options' template with `{python}`, `{model}`, `{host}`, `{port}`
-and `{tp_size}` filled in. The server runs in its own session (so stopping it reaches its
-children), its output goes to a log file, and it counts as started once
-`/health_generate` answers 200. A server that exits or does not become healthy within the
-start timeout raises `ServerLaunchError` with the tail of its log.
+and `{tp_size}` filled in, and the argument `{server_args}` replaced by the flags the
+backend chose (`server_args`: the tokenizer, the context length). The server runs in its
+own session (so stopping it reaches its children), its output goes to a log file, and it
+counts as started once `/health_generate` answers 200. A server that exits or does not
+become healthy within the start timeout raises `ServerLaunchError` with the tail of its log.
 """
 
 from __future__ import annotations
@@ -42,14 +43,50 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def fill_command(
-    template: tuple[str, ...], *, model: str, host: str, port: int, tp_size: int = 1
+SERVER_ARGS = "{server_args}"
+
+
+def server_args(
+    model: str, *, skip_tokenizer_init: bool, context_len: int = 0, has_tokenizer: bool = True
 ) -> list[str]:
+    """SGLang's flags for a server of the folder `model`: `--skip-tokenizer-init` (token ids
+    in and out; no tokenizer files needed) or `--tokenizer-path model` (`ServerLaunchError`
+    when the folder has no tokenizer), and `--context-length N` only when N > 0."""
+    if skip_tokenizer_init:
+        args = ["--skip-tokenizer-init"]
+    elif not has_tokenizer:
+        raise ServerLaunchError(
+            f"{model}: no tokenizer files (tokenizer.json, tokenizer_config.json) for the "
+            f"server; add them to the model folder or set SGLangOptions.skip_tokenizer_init"
+        )
+    else:
+        args = ["--tokenizer-path", model]
+    if context_len > 0:
+        args += ["--context-length", str(context_len)]
+    return args
+
+
+def fill_command(
+    template: tuple[str, ...],
+    *,
+    model: str,
+    host: str,
+    port: int,
+    tp_size: int = 1,
+    extra: list[str] | tuple[str, ...] = (),
+) -> list[str]:
+    """`template` filled in; the argument `{server_args}` becomes `extra` (zero or more)."""
     values = {
         "python": sys.executable, "model": model, "host": host, "port": str(port),
         "tp_size": str(tp_size),
     }  # fmt: skip
-    return [arg.format(**values) for arg in template]
+    out: list[str] = []
+    for arg in template:
+        if arg == SERVER_ARGS:
+            out.extend(extra)
+        else:
+            out.append(arg.format(**values))
+    return out
 
 
 class ServerProcess:

@@ -35,18 +35,32 @@ def write_hf_folder(
     if eos_token_id is not None:
         hf["eos_token_id"] = eos_token_id
     (tmp / "config.json").write_text(json.dumps(hf, indent=2))
-    tensors = {
-        (name if name == "lm_head.weight" else f"model.{name}"): t.detach().contiguous()
-        for name, t in state.items()
-        if not (config.tie_embeddings and name == "lm_head.weight")
-    }
-    save_file(tensors, str(tmp / "model.safetensors"))
+    save_file(hf_tensors(state, config), str(tmp / "model.safetensors"))
     if root.exists():
         for f in root.iterdir():
             f.unlink()
         root.rmdir()
     tmp.rename(root)
     return root
+
+
+def hf_tensors(state: Mapping[str, torch.Tensor], config: ModelConfig) -> dict[str, torch.Tensor]:
+    """`state` under Hugging Face parameter names (`model.` prefix; a tied output head is
+    left out), contiguous: what an HF folder holds and what SGLang's loaders expect."""
+    return {
+        (name if name == "lm_head.weight" else f"model.{name}"): t.detach().contiguous()
+        for name, t in state.items()
+        if not (config.tie_embeddings and name == "lm_head.weight")
+    }
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+
+
+def has_tokenizer(path: str) -> bool:
+    """Whether the folder at `path` holds tokenizer files (SGLang loads its tokenizer
+    from there unless told `--skip-tokenizer-init`)."""
+    return bool(path) and any((Path(path) / name).is_file() for name in TOKENIZER_FILES)
 
 
 def is_hf_folder(path: str) -> bool:
