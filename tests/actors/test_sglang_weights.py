@@ -27,3 +27,18 @@ def test_a_state_dict_round_trips_through_an_hf_folder(tmp_path: Path) -> None:
         assert torch.equal(loaded.state_dict()[name], tensor), name
     assert model_config_of(str(folder), CFG) == CFG
     assert model_config_of("", CFG) == CFG
+
+
+def test_the_folder_names_the_architecture_and_the_dtype_it_holds(tmp_path: Path) -> None:
+    cfg = ModelConfig(
+        vocab_size=50, hidden=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate=64,
+        max_context=64, model_type="qwen3", qk_norm=True, explicit_head_dim=8,
+    )  # fmt: skip
+    model = LlamaModel.random(cfg, seed=3).to(torch.bfloat16)
+    folder = write_hf_folder(model.state_dict(), cfg, tmp_path / "v2")
+    hf = json.loads((folder / "config.json").read_text())
+    assert (hf["architectures"], hf["model_type"]) == (["Qwen3ForCausalLM"], "qwen3")
+    assert hf["torch_dtype"] == "bfloat16"
+    loaded = load_hf_folder(folder)
+    assert next(loaded.parameters()).dtype == torch.bfloat16
+    assert model_config_of(str(folder), cfg) == cfg

@@ -1,4 +1,4 @@
-"""Weights for an SGLang server: a Hugging Face Llama folder it can load.
+"""Weights for an SGLang server: a Hugging Face folder (Llama, Qwen2, Qwen3) it can load.
 
 SGLang loads weights from disk (`--model-path`, `/update_weights_from_disk`), in Hugging
 Face format: `config.json` plus safetensors with HF parameter names (ours without the
@@ -25,13 +25,16 @@ def write_hf_folder(
     folder: str | Path,
     eos_token_id: int | None = None,
 ) -> Path:
-    """`folder` as an HF Llama checkpoint of `state` (the layout of
+    """`folder` as an HF checkpoint of `state` (its architecture's name, its dtype) (the layout of
     `actors.model.save_hf_folder`, from a state dict rather than a model; written under a
     temporary name first, so a reader never sees half a folder)."""
     root = Path(folder)
     tmp = root.with_name(root.name + ".tmp")
     tmp.mkdir(parents=True, exist_ok=True)
-    hf = {**to_hf_config(config), "architectures": ["LlamaForCausalLM"], "torch_dtype": "float32"}
+    dtypes = {str(t.dtype).removeprefix("torch.") for t in state.values()}
+    # the architecture the model is and the dtype it holds: SGLang's "auto" serves a float32
+    # label in float16 on GPUs, so the label must say what the trainer trained
+    hf = {**to_hf_config(config), "torch_dtype": dtypes.pop() if len(dtypes) == 1 else "float32"}
     if eos_token_id is not None:
         hf["eos_token_id"] = eos_token_id
     (tmp / "config.json").write_text(json.dumps(hf, indent=2))
