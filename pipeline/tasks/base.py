@@ -147,7 +147,8 @@ def get_task(spec: str, *, model_dir: str | None = None) -> Task:
     except Exception as exc:
         raise TaskError(f"task {spec!r}: the factory raised {type(exc).__name__}: {exc}") from exc
     _check_task(spec, task)
-    return task
+    checked: Task = task
+    return checked
 
 
 def _import_factory(spec: str) -> Callable[..., Any]:

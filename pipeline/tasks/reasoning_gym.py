@@ -59,9 +59,7 @@ def reasoning_gym_task(
     try:
         data = reasoning_gym.create_dataset(dataset, size=size, seed=seed, **config)
     except Exception as exc:  # an unknown name or a bad option: reasoning-gym's own message
-        raise TaskError(
-            f"reasoning-gym dataset {dataset!r}: {type(exc).__name__}: {exc}"
-        ) from exc
+        raise TaskError(f"reasoning-gym dataset {dataset!r}: {type(exc).__name__}: {exc}") from exc
     entries = [data[i] for i in range(size)]
 
     def reward(meta: Mapping[str, Any], completion: str) -> float:

@@ -119,8 +119,8 @@ class TextTask:
     def render(self, prompt: TaskPrompt, completion: Sequence[int]) -> str:
         """The prompt's text (template applied) followed by the completion's text."""
         row = self.row(prompt)
-        head = row.text if row is not None else self.tokenizer.decode(list(prompt.token_ids))
-        return head + self.tokenizer.decode(list(completion), skip_special_tokens=False)
+        head = row.text if row is not None else str(self.tokenizer.decode(list(prompt.token_ids)))
+        return head + str(self.tokenizer.decode(list(completion), skip_special_tokens=False))
 
     # --- beyond the interface ---
 

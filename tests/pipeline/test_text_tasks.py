@@ -28,9 +28,14 @@ from pipeline.tasks import (
     text_task,
 )
 from pipeline.tasks.scoring import TaskScorer, prompt_meta, safe_reward
-from tests.pipeline.tokenizer_helpers import BOS, EOS, END_OF_TEXT, make_tokenizer_folder
+from tests.pipeline.tokenizer_helpers import BOS, END_OF_TEXT, EOS, make_tokenizer_folder
 
 ROOT = Path(__file__).parents[2]
+
+
+def ids(task: TextTask, text: str) -> list[int]:
+    """`text` as completion tokens (no BOS)."""
+    return list(task.tokenizer.encode(text, add_special_tokens=False))
 
 
 @pytest.fixture(scope="module")
@@ -96,9 +101,9 @@ def test_vocabulary_stop_tokens_ids_and_no_warm_start_from_the_folder(
     end, eot = tok.convert_tokens_to_ids(EOS), tok.convert_tokens_to_ids(END_OF_TEXT)
     assert task.vocab_size == 400  # config.json's, not the tokenizer's 300
     assert (task.eos_token_id, stop_token_ids(task)) == (end, (end, eot))
-    ids = [p.prompt.prompt_id for p in task.prompts]
-    assert ids[0] == ids[2] != ids[1]  # a hash of the row: stable
-    assert ids == [p.prompt.prompt_id for p in text_task(["a", "b", "a"], len, tok).prompts]
+    pids = [p.prompt.prompt_id for p in task.prompts]
+    assert pids[0] == pids[2] != pids[1]  # a hash of the row: stable
+    assert pids == [p.prompt.prompt_id for p in text_task(["a", "b", "a"], len, tok).prompts]
     assert not supports_sft(task)
     with pytest.raises(NotImplementedError):
         task.sft_example(task.prompts[0].prompt, np.random.default_rng(0))
@@ -121,8 +126,7 @@ def test_jsonl_fields_reach_the_reward_and_flat_ones_travel(tmp_path: Path, fold
     sent = prompt_meta(first.prompt_id + "#1", first)  # what the wire carries (a repeat)
     scorer = TaskScorer("countdown")
     scorer.task = task  # the scheduler's copy, built from the same spec
-    ids = task.tokenizer.encode("5", add_special_tokens=False)
-    assert scorer(sent.prompt_id, sent.meta, first.token_ids, ids) == 1.0
+    assert scorer(sent.prompt_id, sent.meta, first.token_ids, ids(task, "5")) == 1.0
     assert log[-1][0] == {"answer": 5, "extra": {"nested": [1, [2]]}}  # the full row
 
 
@@ -149,7 +153,7 @@ def test_folder_and_template_errors(tmp_path: Path) -> None:
     with pytest.raises(TaskError, match="does not exist"):
         text_task(["x"], lambda m, t: 0.0, tmp_path / "nowhere")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(TaskError, match="empty'.*no tokenizer could be loaded"):
+    with pytest.raises(TaskError, match=r"empty'.*no tokenizer could be loaded"):
         text_task(["x"], lambda m, t: 0.0, tmp_path / "empty")
     plain = make_tokenizer_folder(tmp_path / "plain", chat_template=None)
     assert text_task(["x"], lambda m, t: 0.0, plain).prompts[0].text == "x"  # chat: auto
@@ -176,10 +180,9 @@ def test_a_reward_that_raises_or_returns_no_number_scores_0_and_is_counted(folde
 
     task = text_task(["q"], reward, folder)
     prompt = task.prompts[0].prompt
-    enc = task.tokenizer.encode
-    assert safe_reward(task, prompt, enc("fine", add_special_tokens=False)) == (1.0, False)
-    assert safe_reward(task, prompt, enc("boom", add_special_tokens=False)) == (0.0, True)
-    assert safe_reward(task, prompt, enc("none", add_special_tokens=False)) == (0.0, True)
+    assert safe_reward(task, prompt, ids(task, "fine")) == (1.0, False)
+    assert safe_reward(task, prompt, ids(task, "boom")) == (0.0, True)
+    assert safe_reward(task, prompt, ids(task, "none")) == (0.0, True)
 
 
 def test_reasoning_gym_scores_a_right_answer_1_and_a_wrong_one_0(folder: Path) -> None:
@@ -190,17 +193,16 @@ def test_reasoning_gym_scores_a_right_answer_1_and_a_wrong_one_0(folder: Path) -
     task = reasoning_gym_task("basic_arithmetic", folder, size=5, seed=3)
     again = reasoning_gym_task("basic_arithmetic", folder, size=5, seed=3)  # the scorer's copy
     entries = reasoning_gym.create_dataset("basic_arithmetic", size=5, seed=3)
-    enc = task.tokenizer.encode
     for i, p in enumerate(task.prompts):
         entry = entries[i]
         assert entry["question"] in p.text and "<answer>" in p.text
         assert p.prompt.meta == {"index": i}
         assert p.prompt.token_ids == again.prompts[i].prompt.token_ids
-        right = enc(f"so <answer>1</answer> no, <answer>{entry['answer']}</answer>", add_special_tokens=False)
-        wrong = enc(f"<answer>{int(entry['answer']) + 1}</answer>", add_special_tokens=False)
+        right = ids(task, f"so <answer>1</answer> no, <answer>{entry['answer']}</answer>")
+        wrong = ids(task, f"<answer>{int(entry['answer']) + 1}</answer>")
         assert again.reward(p.prompt, right) == 1.0
         assert again.reward(p.prompt, wrong) == 0.0
-        assert again.reward(p.prompt, enc(entry["answer"], add_special_tokens=False)) == 0.0  # no tags
+        assert again.reward(p.prompt, ids(task, entry["answer"])) == 0.0  # no tags
     assert extract_answer("x <answer> 7 </answer>") == "7" and extract_answer("7") is None
     with pytest.raises(TaskError, match="reasoning-gym dataset 'no_such_dataset'"):
         reasoning_gym_task("no_such_dataset", folder, size=2)
@@ -215,10 +217,10 @@ def test_the_examples_build_from_the_run_folder_or_seer_model(
     prompt = task.prompts[0]
     answer = prompt.fields["answer"]
     assert "What is" in prompt.text
-    assert task.reward(prompt.prompt, task.tokenizer.encode(f" {answer}!", add_special_tokens=False)) == 1.0
-    assert task.reward(prompt.prompt, task.tokenizer.encode(f"{answer + 1}", add_special_tokens=False)) == 0.0
+    assert task.reward(prompt.prompt, ids(task, f" {answer}!")) == 1.0
+    assert task.reward(prompt.prompt, ids(task, f"{answer + 1}")) == 0.0
     monkeypatch.delenv("SEER_MODEL", raising=False)
-    with pytest.raises(TaskError, match="needs a model folder.*SEER_MODEL"):
+    with pytest.raises(TaskError, match=r"needs a model folder.*SEER_MODEL"):
         get_task("examples.custom_task:make_task")
     monkeypatch.setenv("SEER_MODEL", str(folder))
     assert get_task("examples.custom_task:make_task").prompts[0].text == prompt.text
