@@ -2,8 +2,9 @@
 it finishes and sends it straight to its rank) against the driver path (the driver gathers,
 scores, then sends) on the same seeds, over real processes, on a task named by import path:
 the same rewards and reward errors, the same loss and gradient norm within float tolerance,
-the same weight versions; every sample reaches exactly one rank; the driver of the direct path never holds a token. A rank that dies
-fails the next streamed rollout with a reason naming it."""
+the same weight versions; every sample reaches exactly one rank; the driver of the direct
+path never holds a token. A rank that dies fails the next streamed rollout with a reason
+naming it."""
 
 from __future__ import annotations
 
