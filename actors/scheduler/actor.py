@@ -182,7 +182,8 @@ class SchedulerActor(Actor):
             have = self.num_peers("trainer")
             raise StreamError(f"{msg.num_ranks} trainer ranks asked, the topology has {have}")
         await anyio.to_thread.run_sync(self._import_streaming)  # at once if done at start
-        load_scorer(self.opts.scorer, msg.task, msg.model_dir)  # fail now, not on a sample
+        # fail now, not on a sample; off the loop: a text task's first build loads a tokenizer
+        await anyio.to_thread.run_sync(load_scorer, self.opts.scorer, msg.task, msg.model_dir)
 
         self.streams = {msg.rollout_id: msg}  # one rollout at a time
 

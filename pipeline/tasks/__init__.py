@@ -26,6 +26,7 @@ from pipeline.tasks.countdown import (
     count_walks,
     describe_lengths,
 )
+from pipeline.tasks.hf_folder import model_folder
 from pipeline.tasks.text import TextReward, TextTask, jsonl_task, text_task
 from pipeline.tasks.warmstart import evaluate, sft_batch, sft_loss, warm_start, warm_start_path
 
@@ -44,6 +45,7 @@ __all__ = [
     "evaluate",
     "get_task",
     "jsonl_task",
+    "model_folder",
     "register_task",
     "sft_batch",
     "sft_loss",

@@ -107,3 +107,21 @@ def test_a_reward_that_raises_or_is_not_finite_scores_0_and_is_counted() -> None
     scorer("p", {}, prompt.token_ids, [3])
     scorer("p", {}, prompt.token_ids, [7])
     assert scorer.num_reward_errors == 1
+
+
+def test_seer_run_task_flag_and_a_text_task_refuses_a_warm_start(tmp_path: Path) -> None:
+    from pipeline.cli.main import build_parser
+    from pipeline.cli.run import run_config
+    from pipeline.rl.config import RunConfig, warm_model
+    from pipeline.tasks import supports_sft
+
+    args = build_parser().parse_args(["run", "--task", f"{FACTORIES}:small_countdown"])
+    assert run_config(args).task == f"{FACTORIES}:small_countdown"
+
+    class NoAnswers(SaySeven):
+        supports_sft = False
+
+    assert supports_sft(SaySeven()) and not supports_sft(NoAnswers())
+    cfg = RunConfig(task="x:y", cache_dir=str(tmp_path))
+    with pytest.raises(TaskError, match=r"'x:y' has no answers.*warm_start_steps = 0"):
+        warm_model(cfg, NoAnswers(), lambda info: None)
