@@ -231,3 +231,37 @@ def test_the_example_toml_loads_as_a_run_config() -> None:
     cfg = build_options(RunConfig, tomllib.loads(path.read_text()), str(path))
     assert cfg.task == "examples.custom_task:make_task" and cfg.warm_start_steps == 0
     assert cfg.generator.backend == "sglang" and cfg.generator.model.dtype == "bfloat16"
+
+
+@pytest.mark.anyio
+async def test_a_text_task_by_import_path_trains_an_iteration(
+    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The RL loop on `examples.custom_task:make_task` (its folder from SEER_MODEL; a random
+    tiny model of the folder's vocabulary, no warm start): prompts as ids, the completions
+    scored as text, every reward a number, the stop tokens the folder's."""
+    import dataclasses
+
+    from actors.generator import GeneratorOptions
+    from actors.model import ModelOptions
+    from pipeline.rl.config import RUN_TRAINER
+    from pipeline.rl.loop import train
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("SEER_MODEL", str(folder))
+    monkeypatch.setattr("pipeline.rollout.api.plot_timeline", lambda records, path: Path(path))
+    model = ModelOptions(hidden=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate=64)
+    cfg = RunConfig(
+        task="examples.custom_task:make_task",
+        iterations=1, prompts_per_iteration=4, group_size=2, max_new_tokens=4,
+        generator=GeneratorOptions(model=dataclasses.replace(model, max_context=64), max_batch=8),
+        warm_start_steps=0, trainer=RUN_TRAINER, out_dir=str(tmp_path / "run"),
+        checkpoint_every=0, num_generators=1, eval_prompts=0, mode="inprocess",
+    )  # fmt: skip
+    [row] = await train(cfg)
+    assert row["weight_version"] == 1 and row["output_tokens"] > 0
+    assert row["num_reward_errors"] == 0 and 0.0 <= row["reward_mean"] <= 1.0
+    short = GeneratorOptions(model=dataclasses.replace(model, max_context=16))
+    too_long = r"'add-two-numbers': prompt \d+ .* tokens, more than the 15"
+    with pytest.raises(PromptTooLongError, match=too_long):
+        await train(dataclasses.replace(cfg, generator=short))
