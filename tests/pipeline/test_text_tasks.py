@@ -208,6 +208,18 @@ def test_reasoning_gym_scores_a_right_answer_1_and_a_wrong_one_0(folder: Path) -
         reasoning_gym_task("no_such_dataset", folder, size=2)
 
 
+def test_reasoning_gym_missing_names_the_extra(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from pipeline.tasks.reasoning_gym import reasoning_gym_task
+
+    monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # as if not installed
+    with pytest.raises(TaskError, match=r"pip install 'seer-rl\[tasks\]'"):
+        reasoning_gym_task("basic_arithmetic", folder, size=2)
+
+
 def test_the_examples_build_from_the_run_folder_or_seer_model(
     folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
