@@ -54,12 +54,17 @@ def first_error_index(
 ) -> int:
     """Step credit's input: the first wrong token of a failed sample as the task's verifier
     locates it (`Task.first_error`, optional), else -1 (a right answer, a task that cannot
-    tell, or a mistake no single token made)."""
+    tell, a mistake no single token made, or a `first_error` that raises: logged)."""
     first_error = getattr(task, "first_error", None)
     if first_error is None or reward >= 1.0:
         return -1
-    index = first_error(prompt, completion)
-    return -1 if index is None else int(index)
+    try:
+        index = first_error(prompt, completion)
+        return -1 if index is None else int(index)
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        log.warning("first_error_failed", task=task.name, prompt_id=prompt.prompt_id, error=error)
+        return -1
 
 
 class TaskScorer:

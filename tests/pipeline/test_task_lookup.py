@@ -14,7 +14,7 @@ import pytest
 
 from actors.dispatcher.stream import StreamError, load_scorer
 from pipeline.tasks import Countdown, TaskError, get_task, stop_token_ids
-from pipeline.tasks.scoring import TaskScorer, prompt_meta, safe_reward
+from pipeline.tasks.scoring import TaskScorer, first_error_index, prompt_meta, safe_reward
 from tests.pipeline import task_factories
 from tests.pipeline.toytask import SaySeven
 
@@ -95,6 +95,9 @@ class Flaky(SaySeven):
             raise ZeroDivisionError("boom")
         return float("nan") if 4 in completion else super().reward(prompt, completion)
 
+    def first_error(self, prompt, completion):  # type: ignore[no-untyped-def]
+        return 1 / 0 if 3 in completion else 0
+
 
 def test_a_reward_that_raises_or_is_not_finite_scores_0_and_is_counted() -> None:
     task = Flaky()
@@ -107,6 +110,8 @@ def test_a_reward_that_raises_or_is_not_finite_scores_0_and_is_counted() -> None
     scorer("p", {}, prompt.token_ids, [3])
     scorer("p", {}, prompt.token_ids, [7])
     assert scorer.num_reward_errors == 1
+    assert first_error_index(task, prompt, [5, 15], 0.0) == 0  # step credit's input
+    assert first_error_index(task, prompt, [3, 15], 0.0) == -1  # its bug is not the run's
 
 
 def test_seer_run_task_flag_and_a_text_task_refuses_a_warm_start(tmp_path: Path) -> None:
