@@ -4,8 +4,6 @@ task from the same spec."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -59,22 +57,19 @@ def test_a_bad_spec_is_a_typed_error_naming_it(spec: str, match: str) -> None:
     assert repr(spec) in str(info.value)
 
 
-def test_the_working_directory_is_importable_as_from_a_console_script(tmp_path: Path) -> None:
+def test_the_working_directory_is_importable_as_from_a_console_script(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`seer` is a console script: sys.path[0] is its bin folder, not where the user runs
     it; a task module in the working directory must still import."""
-    (tmp_path / "my_tasks.py").write_text(
+    (tmp_path / "my_cwd_tasks.py").write_text(
         "from tests.pipeline.toytask import SaySeven\ndef make():\n    return SaySeven()\n"
     )
-    code = (
-        "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]\n"
-        "from pipeline.tasks import get_task; print(get_task('my_tasks:make').name)"
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "say7"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "my_cwd_tasks", raising=False)
+    assert get_task("my_cwd_tasks:make").name == "say7"
+    assert sys.path[-1] == str(tmp_path)
 
 
 def test_the_scheduler_scorer_builds_the_task_from_the_same_spec() -> None:
