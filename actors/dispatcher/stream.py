@@ -46,9 +46,11 @@ class StreamError(ValueError):
     """A `StreamToRanks` the scheduler cannot serve (no scorer, too few ranks, ...)."""
 
 
-def load_scorer(path: str, task: str) -> Reward:
+def load_scorer(path: str, task: str, model_dir: str = "") -> Reward:
     """The reward function of `task` from the factory at import path `path`
-    ("package.module:function", taking the task name; a trusted config value)."""
+    ("package.module:function", taking the task spec, and `model_dir=` when the run has a
+    model folder; a trusted config value). A scorer that counts the samples whose reward
+    failed has an int attribute `num_reward_errors`."""
     module_name, _, name = path.partition(":")
     if not module_name or not name:
         raise StreamError(f"scorer {path!r} is not 'package.module:function'")
@@ -57,7 +59,7 @@ def load_scorer(path: str, task: str) -> Reward:
     except (ImportError, AttributeError) as exc:
         raise StreamError(f"scorer {path!r} cannot be imported: {exc}") from None
     try:
-        reward: Reward = factory(task)
+        reward: Reward = factory(task, model_dir=model_dir) if model_dir else factory(task)
     except (KeyError, ValueError) as exc:
         raise StreamError(f"scorer {path!r} has no task {task!r}: {exc}") from None
     return reward
@@ -85,6 +87,10 @@ class SampleStream:
         )
         self.rewards: dict[str, float] = {}
         self.output_lens: dict[str, int] = {}
+        self.num_reward_errors_before = self._num_reward_errors()
+
+    def _num_reward_errors(self) -> int:
+        return int(getattr(self.reward, "num_reward_errors", 0))
 
     async def add(
         self,
@@ -123,6 +129,7 @@ class SampleStream:
             rank_request_ids=tuple(tuple(ids) for ids in plan.request_ids),
             num_tokens=tuple(plan.loads),
             num_dropped=plan.num_dropped,
+            num_reward_errors=self._num_reward_errors() - self.num_reward_errors_before,
         )
 
 

@@ -182,7 +182,8 @@ class SchedulerActor(Actor):
             have = self.num_peers("trainer")
             raise StreamError(f"{msg.num_ranks} trainer ranks asked, the topology has {have}")
         await anyio.to_thread.run_sync(self._import_streaming)  # at once if done at start
-        load_scorer(self.opts.scorer, msg.task)  # fail now, not on the first sample
+        # fail now, not on a sample; off the loop: a text task's first build loads a tokenizer
+        await anyio.to_thread.run_sync(load_scorer, self.opts.scorer, msg.task, msg.model_dir)
 
         self.streams = {msg.rollout_id: msg}  # one rollout at a time
 
@@ -190,7 +191,7 @@ class SchedulerActor(Actor):
         msg = self.streams.pop(rollout_id, None)
         if msg is None:
             return None
-        reward = load_scorer(self.opts.scorer, msg.task)
+        reward = load_scorer(self.opts.scorer, msg.task, msg.model_dir)
         timeout = self.opts.health_timeout_s * 10
         return SampleStream(self.mailbox, msg, reward, send_timeout_s=timeout)
 

@@ -17,6 +17,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         "run", help="the main job: GRPO on the embedded default task", allow_abbrev=False
     )
     run.add_argument("--config", help="TOML mapping onto RunConfig (pipeline/rl/config.py)")
+    run.add_argument(
+        "--task",
+        help="a registered task (countdown, ...) or a factory 'package.module:make_task' "
+        "(importable from the working directory)",
+    )
     run.add_argument("--policy", help="rollout scheduling: context_aware (default), baseline, ...")
     run.add_argument("--iterations", type=int)
     run.add_argument(
@@ -123,6 +128,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
     changes = {
         k: v
         for k, v in (
+            ("task", args.task),
             ("policy", args.policy),
             ("iterations", args.iterations),
             ("resume", args.resume),

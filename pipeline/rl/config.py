@@ -13,7 +13,7 @@ from actors.model import ModelOptions
 from actors.trainer.options import TrainerOptions
 from pipeline.config import ActorGroup, PipelineConfig, Topology
 from pipeline.rollout.api import rollout_config
-from pipeline.tasks import Task
+from pipeline.tasks import Task, TaskError, supports_sft
 from pipeline.tasks.warmstart import DEFAULT_STEPS, warm_start
 
 #: `RunConfig.trainer`'s default: the GRPO step the quick start's figures were measured with
@@ -26,7 +26,9 @@ class RunConfig:
     sub-tables are the generators' options, `[trainer]` the trainer's).
     docs/configuration.md lists every field."""
 
-    #: the registered task to train on (`pipeline.tasks.register_task`)
+    #: the task to train on: a registered name (`pipeline.tasks.register_task`) or an import
+    #: path "package.module:factory" of a zero-argument factory returning a Task (it may take
+    #: `model_dir=`, the run's model folder); the scheduler's scorer builds the same task
     task: str = "countdown"
     #: RL iterations: each rolls out, scores, takes a GRPO step and publishes the weights
     iterations: int = 40
@@ -92,7 +94,7 @@ class RunConfig:
     #: as it finishes (Earl); "driver" = the driver gathers, scores, then sends (comparison)
     dispatch: Literal["direct", "driver"] = "direct"
     #: where the scheduler finds the task's verifier for direct dispatch: a factory taking
-    #: the task name (its module must register a task of your own in the scheduler's process)
+    #: the run's `task` string (the default builds it as the driver does, with `get_task`)
     scorer: str = "pipeline.tasks.scoring:task_reward"
     #: a `seer bench layouts` JSON: switch generator layouts by context length ("" = never)
     layout_profile: str = ""
@@ -132,6 +134,14 @@ def generator_options(cfg: RunConfig, task: Task, model_path: str) -> GeneratorO
     return dataclasses.replace(cfg.generator, model=model, eos_token_id=task.eos_token_id)
 
 
+def task_model_dir(cfg: RunConfig) -> str | None:
+    """The model folder a task factory gets as `model_dir` (where a text task finds its
+    tokenizer): the generators' model path when it is a folder (a Hugging Face model), else
+    None."""
+    path = cfg.generator.model.path
+    return path if path and Path(path).is_dir() else None
+
+
 def options_table(options: Any) -> dict[str, Any]:
     """Options as the plain table a topology carries (None = the default)."""
     return {k: v for k, v in dataclasses.asdict(options).items() if v is not None}
@@ -141,6 +151,11 @@ def warm_model(cfg: RunConfig, task: Task, progress: Callable[[dict[str, Any]], 
     """The warm-started model's path (trained once, then cached), or "" for a random one."""
     if cfg.warm_start_steps == 0:
         return ""
+    if not supports_sft(task):
+        raise TaskError(
+            f"task {cfg.task!r} has no answers to warm-start on (sft_example): set "
+            "RunConfig.warm_start_steps = 0 (--warm-start-steps 0)"
+        )
     config = generator_options(cfg, task, "").model.config()
     path = warm_start(
         task,
@@ -157,7 +172,9 @@ def rl_topology(cfg: RunConfig, model_path: str, task: Task | None = None) -> Pi
     """Splitter, estimator, scheduler, generators and the trainer, on the same model."""
     from pipeline.tasks import get_task
 
-    gen = generator_options(cfg, task or get_task(cfg.task), model_path)
+    gen = generator_options(
+        cfg, task or get_task(cfg.task, model_dir=task_model_dir(cfg)), model_path
+    )
     gen_table = options_table(gen)
     base = rollout_config(
         num_generators=cfg.num_generators,

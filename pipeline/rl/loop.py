@@ -13,14 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.rl.config import RunConfig, rl_topology, warm_model
+from pipeline.rl.config import RunConfig, rl_topology, task_model_dir, warm_model
 from pipeline.rl.layout_switch import current_layout, make_selector, switch_layout
 from pipeline.rl.ranks import load_on_every_rank, stream_spec, train_across_ranks, train_streamed
 from pipeline.rollout import Rollout
 from pipeline.rollout.api import Group, RolloutError, RolloutResult
-from pipeline.tasks import Task, TaskPrompt, get_task
+from pipeline.tasks import Task, TaskPrompt, check_prompt_lengths, get_task, stop_token_ids
 from pipeline.tasks.curriculum import Curriculum
-from pipeline.tasks.scoring import first_error_index
+from pipeline.tasks.scoring import first_error_index, safe_reward
 from transport.messages import (
     PromptSpec,
     SamplingSpec,
@@ -35,7 +35,9 @@ Progress = Callable[[dict[str, Any]], None]
 
 async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[dict[str, Any]]:
     """Run `cfg.iterations` iterations of GRPO; one metrics row per iteration."""
-    task = get_task(cfg.task)
+    model_dir = task_model_dir(cfg)
+    task = get_task(cfg.task, model_dir=model_dir)
+    check_prompt_lengths(task, cfg.generator.model.max_context - 1)  # room for one token
     model_path = warm_model(cfg, task, progress)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -43,7 +45,7 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
     selector = make_selector(cfg)
     async with contextlib.AsyncExitStack() as stack:
         rollout = await stack.enter_async_context(
-            Rollout(rl_topology(cfg, model_path), mode=cfg.mode)
+            Rollout(rl_topology(cfg, model_path, task), mode=cfg.mode)
         )
         first = 0
         if cfg.resume:  # the trainer restores weights, optimiser, RNG and publishes them
@@ -62,7 +64,8 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
             if cfg.trainer_ranks > 1 and cfg.dispatch == "direct":
                 stream = stream_spec(
                     task, ids, prompts, iteration=it, num_ranks=cfg.trainer_ranks,
-                    group_size=cfg.group_size, step_credit=cfg.step_credit,
+                    group_size=cfg.group_size, step_credit=cfg.step_credit, spec=cfg.task,
+                    model_dir=model_dir or "",
                 )  # fmt: skip
             start = time.perf_counter()
             result = await rollout.generate_with_record(
@@ -77,11 +80,14 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
             )
             rollout_s = time.perf_counter() - start
             if result.stream is None:
-                scored, rewards = score(task, prompts, result.groups, cfg.step_credit)
+                scored, rewards, num_reward_errors = score(
+                    task, prompts, result.groups, cfg.step_credit
+                )
                 samples, num_errors = trainable(scored, result.groups)
             else:  # scored where they finished; the samples are on the ranks already
                 rewards, samples = streamed_rewards(result), ()
                 num_errors = result.stream.num_dropped
+                num_reward_errors = result.stream.num_reward_errors
             if curriculum is not None:
                 per_prompt = np.asarray(rewards).reshape(len(prompts), cfg.group_size)
                 curriculum.update(prompts, per_prompt.mean(axis=1).tolist())
@@ -121,6 +127,7 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 "output_tokens": metrics["output_tokens"],
                 "weight_version": report.version,
                 "num_error_samples": num_errors,
+                "num_reward_errors": num_reward_errors,
                 "policy": cfg.policy or "context_aware",
                 **{f"train_{k}": v for k, v in report.stats.items()},
             }
@@ -234,7 +241,7 @@ def sampling(cfg: RunConfig, iteration: int, task: Task) -> SamplingSpec:
         temperature=cfg.temperature,
         seed=cfg.seed * 100_003 + iteration,
         max_new_tokens=cfg.max_new_tokens,
-        stop_token_ids=(task.eos_token_id,),
+        stop_token_ids=stop_token_ids(task),
     )
 
 
@@ -251,12 +258,14 @@ def trainable(
 
 def score(
     task: Task, prompts: list[TaskPrompt], groups: list[Group], credit: bool = False
-) -> tuple[tuple[TrainSampleSpec, ...], list[float]]:
-    """Every sample with its verifier reward, in the trainer's format."""
-    samples, rewards = [], []
+) -> tuple[tuple[TrainSampleSpec, ...], list[float], int]:
+    """Every sample with its verifier reward, in the trainer's format, and how many rewards
+    failed (scored 0: `safe_reward`)."""
+    samples, rewards, num_failed = [], [], 0
     for prompt, group in zip(prompts, groups, strict=True):
         for s in group.samples:
-            reward = task.reward(prompt, s.token_ids)
+            reward, failed = safe_reward(task, prompt, s.token_ids)
+            num_failed += failed
             rewards.append(reward)
             samples.append(
                 TrainSampleSpec(
@@ -271,4 +280,4 @@ def score(
                     ),
                 )
             )
-    return tuple(samples), rewards
+    return tuple(samples), rewards, num_failed

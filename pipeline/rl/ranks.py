@@ -96,17 +96,22 @@ def stream_spec(
     num_ranks: int,
     group_size: int,
     step_credit: bool = False,
+    spec: str = "",
+    model_dir: str = "",
 ) -> StreamToRanks:
     """The announcement of a rollout streamed to the ranks (the rollout id is filled in by
-    `Rollout.generate_with_record`)."""
+    `Rollout.generate_with_record`); `spec`: the run's task as configured (a registered name
+    or an import path; default the task's name), which the scheduler's scorer builds with
+    `model_dir`."""
     return StreamToRanks(
         rollout_id="",
         iteration=iteration,
         num_ranks=num_ranks,
         group_size=group_size,
-        task=task.name,
+        task=spec or task.name,
         prompts=tuple(prompt_meta(pid, p) for pid, p in zip(prompt_ids, prompts, strict=True)),
         step_credit=step_credit,
+        model_dir=model_dir,
     )
 
 

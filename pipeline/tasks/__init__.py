@@ -1,32 +1,58 @@
 """Tasks and rewards: the ``Task`` interface, the embedded countdown task, and the cached
 supervised warm start that gives RL a policy which succeeds sometimes.
 
-``get_task("countdown")`` returns the default; a user plugs in their own by implementing
-``Task`` and calling ``register_task``.
+``get_task("countdown")`` returns the default; a user plugs in their own by naming a factory
+(``get_task("my_pkg.tasks:make_task")``) or calling ``register_task``. A task over text and a
+reward function is built by ``text_task`` / ``jsonl_task`` (`text.py`, a tokenizer from a
+Hugging Face folder); ``reasoning_gym_task`` adapts a reasoning-gym dataset (`reasoning_gym.py`).
+Those two modules import transformers / reasoning-gym lazily.
 """
 
-from pipeline.tasks.base import Task, TaskPrompt, get_task, register_task, task_names
+from pipeline.tasks.base import (
+    PromptTooLongError,
+    Task,
+    TaskError,
+    TaskPrompt,
+    check_prompt_lengths,
+    get_task,
+    register_task,
+    stop_token_ids,
+    supports_sft,
+    task_names,
+)
 from pipeline.tasks.countdown import (
     Countdown,
     CountdownConfig,
     count_walks,
     describe_lengths,
 )
+from pipeline.tasks.hf_folder import model_folder
+from pipeline.tasks.text import TextReward, TextTask, jsonl_task, text_task
 from pipeline.tasks.warmstart import evaluate, sft_batch, sft_loss, warm_start, warm_start_path
 
 __all__ = [
     "Countdown",
     "CountdownConfig",
+    "PromptTooLongError",
     "Task",
+    "TaskError",
     "TaskPrompt",
+    "TextReward",
+    "TextTask",
+    "check_prompt_lengths",
     "count_walks",
     "describe_lengths",
     "evaluate",
     "get_task",
+    "jsonl_task",
+    "model_folder",
     "register_task",
     "sft_batch",
     "sft_loss",
+    "stop_token_ids",
+    "supports_sft",
     "task_names",
+    "text_task",
     "warm_start",
     "warm_start_path",
 ]

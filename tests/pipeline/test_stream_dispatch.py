@@ -1,9 +1,10 @@
 """`seer run --trainer-ranks 2` with direct dispatch (the scheduler scores each sample where
 it finishes and sends it straight to its rank) against the driver path (the driver gathers,
-scores, then sends) on the same seeds, over real processes: the same rewards, the same loss
-and gradient norm within float tolerance, the same weight versions; every sample reaches
-exactly one rank; the driver of the direct path never holds a token. A rank that dies
-fails the next streamed rollout with a reason naming it."""
+scores, then sends) on the same seeds, over real processes, on a task named by import path:
+the same rewards and reward errors, the same loss and gradient norm within float tolerance,
+the same weight versions; every sample reaches exactly one rank; the driver of the direct
+path never holds a token. A rank that dies fails the next streamed rollout with a reason
+naming it."""
 
 from __future__ import annotations
 
@@ -38,8 +39,9 @@ MODEL = ModelOptions(
 
 def config(tmp_path: Path, dispatch: str) -> RunConfig:
     return RunConfig(
-        task="say7",
-        scorer="tests.pipeline.toytask:task_reward",  # say7 registered in the scheduler too
+        # by import path, with the default scorer: the scheduler builds the same task from
+        # the same string; its reward raises on some samples (scored 0 and counted)
+        task="tests.pipeline.toytask:FlakySeven",
         iterations=2,
         prompts_per_iteration=PROMPTS,
         group_size=GROUP,
@@ -86,6 +88,8 @@ async def test_direct_dispatch_trains_like_the_driver_path(
         # every sample on exactly one rank, none dropped (no engine errors here)
         assert sum(d["samples_per_rank"]) == sum(c["samples_per_rank"]) == PROMPTS * GROUP
         assert d["num_error_samples"] == 0 and d["train_num_dropped"] == 0
+        assert d["num_reward_errors"] == c["num_reward_errors"]  # counted where scored
+    assert sum(r["num_reward_errors"] for r in direct) > 0  # the count is not vacuous
     assert any(r["train_grad_norm"] > 0 for r in direct)  # not a vacuous comparison
 
     assert [r.stream is None for r in seen] == [True, True]

@@ -38,3 +38,15 @@ class SaySeven:
 
 if "say7" not in task_names():
     register_task("say7", SaySeven)
+
+
+class FlakySeven(SaySeven):
+    """say7 with a user's bug: the reward raises on a completion holding token 3 (named by
+    import path, "tests.pipeline.toytask:FlakySeven": such a sample scores 0 and is counted)."""
+
+    name = "flaky7"
+
+    def reward(self, prompt: TaskPrompt, completion: Sequence[int]) -> float:
+        if 3 in completion:
+            raise ValueError("token 3 breaks this verifier")
+        return super().reward(prompt, completion)

@@ -149,7 +149,9 @@ class PromptMeta(Struct):
 class StreamToRanks(Message):
     """Driver -> scheduler, a call before the rollout starts: score each sample of rollout
     `rollout_id` where it finishes (task `task`'s verifier, with the prompts' metadata) and
-    send it straight to one of `num_ranks` trainer ranks (Earl's direct dispatch)."""
+    send it straight to one of `num_ranks` trainer ranks (Earl's direct dispatch). `task` is
+    the run's task spec (a registered name or "package.module:factory") and `model_dir` the
+    run's model folder ("" = none), from which the scorer builds the same task."""
 
     rollout_id: str
     iteration: int
@@ -158,19 +160,22 @@ class StreamToRanks(Message):
     task: str
     prompts: tuple[PromptMeta, ...]
     step_credit: bool = False  # locate each failed sample's first wrong token (the scorer's)
+    model_dir: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StreamSummary(Struct):
     """What the driver keeps of a streamed rollout: every sample's reward and output length
     (by request id), and the layout the ranks train on (request ids per rank, in the order
-    sent; tokens per rank; samples that ended in error, never sent)."""
+    sent; tokens per rank; samples that ended in error, never sent; samples whose reward
+    failed, scored 0)."""
 
     rewards: dict[str, float]
     output_lens: dict[str, int]
     rank_request_ids: tuple[tuple[str, ...], ...]
     num_tokens: tuple[int, ...]
     num_dropped: int
+    num_reward_errors: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
