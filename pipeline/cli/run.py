@@ -22,6 +22,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         help="a registered task (countdown, ...) or a factory 'package.module:make_task' "
         "(importable from the working directory)",
     )
+    run.add_argument(
+        "--model",
+        help="a Hugging Face model folder (Llama 3, Qwen2, Qwen3) to train instead of the "
+        "built-in toy (no warm start; its tokenizer serves text tasks)",
+    )
     run.add_argument("--policy", help="rollout scheduling: context_aware (default), baseline, ...")
     run.add_argument("--iterations", type=int)
     run.add_argument(
@@ -129,6 +134,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         k: v
         for k, v in (
             ("task", args.task),
+            ("model", args.model),
             ("policy", args.policy),
             ("iterations", args.iterations),
             ("resume", args.resume),

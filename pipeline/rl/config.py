@@ -30,6 +30,11 @@ class RunConfig:
     #: path "package.module:factory" of a zero-argument factory returning a Task (it may take
     #: `model_dir=`, the run's model folder); the scheduler's scorer builds the same task
     task: str = "countdown"
+    #: a Hugging Face model folder (Llama 3, Qwen2, Qwen3) to start from: no warm start; the
+    #: shape, dtype, vocabulary and EOS come from the folder, the task's tokenizer too
+    #: (factories taking `model_dir=`); checkpoints export it with its tokenizer to `hf/`.
+    #: "" = the built-in toy model, warm-started for the task
+    model: str = ""
     #: RL iterations: each rolls out, scores, takes a GRPO step and publishes the weights
     iterations: int = 40
     #: prompts drawn per iteration (32 learned about half as steadily: noisier updates)
@@ -136,9 +141,9 @@ def generator_options(cfg: RunConfig, task: Task, model_path: str) -> GeneratorO
 
 def task_model_dir(cfg: RunConfig) -> str | None:
     """The model folder a task factory gets as `model_dir` (where a text task finds its
-    tokenizer): the generators' model path when it is a folder (a Hugging Face model), else
-    None."""
-    path = cfg.generator.model.path
+    tokenizer): the run's `model`, else the generators' model path when it is a folder (a
+    Hugging Face model), else None."""
+    path = cfg.model or cfg.generator.model.path
     return path if path and Path(path).is_dir() else None
 
 
@@ -148,7 +153,10 @@ def options_table(options: Any) -> dict[str, Any]:
 
 
 def warm_model(cfg: RunConfig, task: Task, progress: Callable[[dict[str, Any]], None]) -> str:
-    """The warm-started model's path (trained once, then cached), or "" for a random one."""
+    """The model the run starts from: its `model` folder, else the warm-started model's path
+    (trained once, then cached), or "" for a random one."""
+    if cfg.model:
+        return cfg.model
     if cfg.warm_start_steps == 0:
         return ""
     if not supports_sft(task):

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from actors.model.hf_folder import read_folder
 from pipeline.rl.config import RunConfig, rl_topology, task_model_dir, warm_model
 from pipeline.rl.layout_switch import current_layout, make_selector, switch_layout
 from pipeline.rl.ranks import load_on_every_rank, stream_spec, train_across_ranks, train_streamed
@@ -35,6 +36,8 @@ Progress = Callable[[dict[str, Any]], None]
 
 async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[dict[str, Any]]:
     """Run `cfg.iterations` iterations of GRPO; one metrics row per iteration."""
+    if cfg.model:  # a typed error naming the folder or field before anything starts
+        read_folder(cfg.model)
     model_dir = task_model_dir(cfg)
     task = get_task(cfg.task, model_dir=model_dir)
     check_prompt_lengths(task, cfg.generator.model.max_context - 1)  # room for one token
