@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -31,6 +32,8 @@ _CHECKPOINT_EVERY: Final = 64
 _ONE_WAY: Final = b""
 _MAX_FD_WAIT_S: Final = 0.05
 _MAX_REPLY_WAIT_S: Final = 0.01  # a call's wait for its reply re-checks this often
+_MONITOR_IDS = itertools.count()  # unique inproc names for socket monitors
+_MONITOR_STOP_WAIT_S: Final = 1.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -258,8 +261,12 @@ class RequestSocket(_Socket):
         # the monitor's own socket object owns its handle and is closed exactly once, in
         # close(); the sync shadow only reads events without blocking (closing the shadow
         # too would close one zmq handle twice)
+        # own inproc name: pyzmq's default names it by file descriptor, and a closed
+        # DEALER's monitor endpoint lives until libzmq reaps it, so a new socket that gets
+        # the same descriptor first would fail with "Address already in use"
         self._monitor_owner = sock.get_monitor_socket(
-            zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
+            zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | zmq.EVENT_MONITOR_STOPPED,
+            addr=f"inproc://seer-monitor-{os.getpid()}-{next(_MONITOR_IDS)}",
         )
         self._monitor: zmq.Socket[bytes] = zmq.Socket.shadow(self._monitor_owner.underlying)
         self.state = "connecting"
@@ -368,10 +375,19 @@ class RequestSocket(_Socket):
     def close(self) -> None:
         # No disable_monitor(): it waits, holding the GIL, for a libzmq lock that an I/O
         # thread can hold while it is itself blocked (seen as a rare hang at close). Closing
-        # the DEALER stops its monitor when libzmq reaps it; then the event reader goes.
+        # the DEALER stops its monitor; the event reader is closed once the monitor says it
+        # stopped (at most `_MONITOR_STOP_WAIT_S`, the GIL released): closed before, libzmq
+        # never reaps the pair, and a process that reconnects often runs out of sockets.
         was_open = not self._async.closed
         super().close()
         if was_open:
+            deadline = time.monotonic() + _MONITOR_STOP_WAIT_S
+            while (left := deadline - time.monotonic()) > 0 and self._monitor.poll(
+                int(left * 1000) + 1
+            ):
+                event = parse_monitor_message(self._monitor.recv_multipart())
+                if event["event"] == zmq.EVENT_MONITOR_STOPPED:
+                    break
             self._monitor_owner.close(linger=0)
 
 

@@ -246,3 +246,26 @@ async def test_many_tasks_blocked_on_one_socket_share_its_wakeups(tmp_path: Path
     finally:
         t.close()
     assert sorted(seen) == list(range(per_sender * senders))
+
+
+async def test_request_sockets_closed_at_once_free_their_zmq_sockets(tmp_path: Path) -> None:
+    # Each DEALER has a monitor pair; closing the pair before the monitor stopped leaked
+    # both, and after ~340 short-lived clients the context refused new sockets (EMFILE).
+    # Monitors are named uniquely, too: a name reused by file descriptor collided while a
+    # closed socket's monitor was still being reaped ("Address already in use").
+    t = ZmqTransport(SocketOptions())
+    try:
+        server = t.reply(f"ipc://{tmp_path}/again", bind=True)
+        for _ in range(600):
+            t.request(f"ipc://{tmp_path}/again").close()
+        async with anyio.create_task_group() as tg:
+
+            async def serve() -> None:
+                incoming = await server.recv()
+                await server.reply(incoming, Pong(seq=incoming.msg.seq))  # type: ignore[attr-defined]
+
+            tg.start_soon(serve)
+            client = t.request(f"ipc://{tmp_path}/again")
+            assert await client.call(Ping(seq=7), timeout=5) == Pong(seq=7)
+    finally:
+        t.close()
