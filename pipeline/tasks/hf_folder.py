@@ -1,9 +1,9 @@
 """What a text task reads from a Hugging Face model folder: the tokenizer, the vocabulary
 size and the tokens that end a sample.
 
-- ``tokenizer_from(folder)``: ``transformers.AutoTokenizer.from_pretrained(folder,
-  local_files_only=True)``, imported lazily (transformers is the ``hf`` extra); a missing
-  folder or tokenizer is a `TaskError` naming the folder.
+- ``tokenizer_from(folder)``: the model loader's ``load_tokenizer`` (``transformers``'
+  ``AutoTokenizer``, local files only, imported lazily: the ``hf`` extra); a missing folder
+  or tokenizer is a `TaskError` naming the folder.
 - ``folder_vocab_size``: ``config.json``'s ``vocab_size`` (the model's embedding rows, which
   may exceed the tokenizer's length), else the tokenizer's length.
 - ``folder_stop_ids``: the EOS a sample ends with and every stop token. The engine takes one
@@ -22,27 +22,25 @@ import os
 from pathlib import Path
 from typing import Any
 
+from actors.model.hf_config import ModelFolderError
+from actors.model.hf_tokenizer import load_tokenizer
 from pipeline.tasks.base import TaskError
 
 HF_EXTRA = "pip install 'seer-rl[hf]'"
 
 
 def tokenizer_from(folder: str | Path) -> Any:
-    """The fast tokenizer of the model folder `folder`, from local files only."""
+    """The fast tokenizer of the model folder `folder`, from local files only (the model
+    loader's `load_tokenizer`; its errors become `TaskError`s naming the folder)."""
     path = Path(folder)
     if not path.is_dir():
         raise TaskError(f"model folder {str(path)!r} does not exist (looking for its tokenizer)")
     try:
-        from transformers import AutoTokenizer
+        return load_tokenizer(path)
     except ImportError as exc:
         raise TaskError(f"a text task needs transformers: {HF_EXTRA} ({exc})") from exc
-    try:
-        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    except Exception as exc:  # transformers raises OSError, ValueError, KeyError...
-        raise TaskError(
-            f"model folder {str(path)!r}: no tokenizer could be loaded "
-            f"(tokenizer.json / tokenizer_config.json): {type(exc).__name__}: {exc}"
-        ) from exc
+    except ModelFolderError as exc:
+        raise TaskError(f"model folder {str(path)!r}: no tokenizer could be loaded: {exc}") from exc
 
 
 def tokenizer_folder(tokenizer: Any) -> Path | None:
