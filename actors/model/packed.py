@@ -22,12 +22,10 @@ Where torch lacks the oneDNN ops, the weights are not on the CPU or are inferenc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
-
-if TYPE_CHECKING:
-    from actors.model.llama import LlamaModel
+from torch import nn
 
 #: the row count the packed layout is chosen for (a hint: any row count runs on it)
 PACK_ROWS = 32
@@ -65,7 +63,8 @@ def supported() -> bool:
 class PackedWeights:
     """The packed copies of one model's weights, kept in step with its parameters."""
 
-    def __init__(self, model: LlamaModel) -> None:
+    def __init__(self, model: nn.Module) -> None:
+        """``model``: a ``LlamaModel`` (not imported here: llama.py imports this module)."""
         self.model = model
         self._key: tuple[tuple[int, int], ...] | None = None
         self._packed: Packed | None = None
@@ -98,7 +97,7 @@ def _reorder(weight: torch.Tensor) -> torch.Tensor:
     return packed
 
 
-def _pack(model: LlamaModel) -> Packed:
+def _pack(model: Any) -> Packed:  # a LlamaModel
     layers = []
     with torch.no_grad():
         for block in model.blocks:
