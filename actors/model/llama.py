@@ -8,7 +8,8 @@ Two entry points share the weights:
   of several sequences, their explicit positions, and per-layer slot buffers; writes the new
   tokens' K/V into the cache and returns their ``(N, V)`` logits (or only the rows picked by
   ``logits_index``). Batched decode, chunked prefill and tree verification are all this one
-  call with different ``BatchLayout``s (see ``layout.py``).
+  call with different ``BatchLayout``s (see ``layout.py``). Given ``packed`` weights (the
+  engine's, ``packed.py``), its matmuls run fused on those instead of the modules.
 
 Rotary uses the "rotate half" convention of Hugging Face Llama, so HF checkpoints load as is.
 """
@@ -23,6 +24,7 @@ from torch import nn
 
 from actors.model.config import ModelConfig
 from actors.model.layout import BatchLayout
+from actors.model.packed import LayerPack, Packed, linear
 from actors.model.rope import inverse_frequencies
 
 
@@ -85,12 +87,24 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
 
     def _qkv(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        packed: LayerPack | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         lead = x.shape[:-1]
-        q = self.q_proj(x).view(*lead, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(*lead, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(*lead, self.num_kv_heads, self.head_dim)
+        if packed is None:
+            qp, kp, vp = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        else:  # one product, split into column views
+            kv_dim = self.num_kv_heads * self.head_dim
+            fused = linear(x, packed.qkv, packed.qkv_bias)
+            qp, kp, vp = fused.split_with_sizes(
+                [fused.shape[-1] - 2 * kv_dim, kv_dim, kv_dim], dim=-1
+            )
+        q = qp.view(*lead, self.num_heads, self.head_dim)
+        k = kp.view(*lead, self.num_kv_heads, self.head_dim)
+        v = vp.view(*lead, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
@@ -112,9 +126,10 @@ class Attention(nn.Module):
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
         layout: BatchLayout,
+        packed: LayerPack | None = None,
     ) -> torch.Tensor:
         """x (N, hidden) flat new tokens; k_cache/v_cache (S, Hkv, C, D) slot buffers."""
-        q, k, v = self._qkv(x, cos, sin)  # (N, H, D), (N, Hkv, D), (N, Hkv, D)
+        q, k, v = self._qkv(x, cos, sin, packed)  # (N, H, D), (N, Hkv, D), (N, Hkv, D)
         k_cache[layout.write_slot, :, layout.write_pos] = k
         v_cache[layout.write_slot, :, layout.write_pos] = v
         rows, q_max = layout.num_rows, layout.q_len_max
@@ -132,8 +147,8 @@ class Attention(nn.Module):
         o = o.transpose(1, 2).reshape(rows * q_max, -1)  # (B*Q, H*D)
         if layout.flat_to_pad is not None:
             o = o[layout.flat_to_pad]
-        out: torch.Tensor = self.o_proj(o)  # (N, hidden)
-        return out
+        out: torch.Tensor = self.o_proj(o) if packed is None else linear(o, packed.o, packed.o_bias)
+        return out  # (N, hidden)
 
 
 class MLP(nn.Module):
@@ -146,6 +161,11 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
         return out
+
+    def forward_packed(self, x: torch.Tensor, packed: LayerPack) -> torch.Tensor:
+        """``forward`` on the packed weights: gate and up in one product."""
+        gate, up = linear(x, packed.gate_up).chunk(2, dim=-1)
+        return linear(F.silu(gate) * up, packed.down)
 
 
 class Block(nn.Module):
@@ -169,12 +189,14 @@ class Block(nn.Module):
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
         layout: BatchLayout,
+        packed: LayerPack | None = None,
     ) -> torch.Tensor:
         h = self.self_attn.forward_cached(
-            self.input_layernorm(x), cos, sin, k_cache, v_cache, layout
+            self.input_layernorm(x), cos, sin, k_cache, v_cache, layout, packed
         )
         x = x + h
-        h2: torch.Tensor = self.mlp(self.post_attention_layernorm(x))
+        normed = self.post_attention_layernorm(x)
+        h2 = self.mlp(normed) if packed is None else self.mlp.forward_packed(normed, packed)
         return x + h2
 
 
@@ -230,13 +252,18 @@ class LlamaModel(nn.Module):
         v_cache: list[torch.Tensor],
         layout: BatchLayout,
         logits_index: torch.Tensor | None = None,
+        packed: Packed | None = None,
     ) -> torch.Tensor:
-        """input_ids/positions (N,) -> logits (N, V), or (M, V) for ``logits_index`` (M,)."""
+        """input_ids/positions (N,) -> logits (N, V), or (M, V) for ``logits_index`` (M,).
+        ``packed``: run the matmuls on these copies of this model's weights."""
         cos, sin = self.rotary(positions)  # (N, D)
         x = self.embed_tokens(input_ids)  # (N, hidden)
-        for layer, kc, vc in zip(self.blocks, k_cache, v_cache, strict=True):
-            x = layer.forward_cached(x, cos, sin, kc, vc, layout)
+        packs = packed.layers if packed is not None else [None] * len(self.layers)
+        for layer, kc, vc, pack in zip(self.blocks, k_cache, v_cache, packs, strict=True):
+            x = layer.forward_cached(x, cos, sin, kc, vc, layout, pack)
         if logits_index is not None:
             x = x[logits_index]
+        if packed is not None and x.shape[0] > 1:
+            return linear(self.norm(x), packed.lm_head)
         logits: torch.Tensor = self.lm_head(self.norm(x))
         return logits

@@ -31,9 +31,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     bench.add_argument(
         "--repeats",
         type=int,
-        help="rollout, drafts, scheduler, serve: runs per variant (median); eviction: seeds",
+        help="rollout, drafts, scheduler, serve, engine: runs per variant (median); "
+        "eviction: seeds",
     )
-    bench.add_argument("--model", help="drafts: a saved model to roll out (default: warm start)")
+    bench.add_argument(
+        "--model",
+        help="drafts: a saved model to roll out (default: warm start); "
+        "engine: a Hugging Face model folder (llama, qwen2)",
+    )
+    bench.add_argument(
+        "--shape",
+        default="small",
+        choices=("small", "qwen2.5-0.5b"),
+        help="engine: the random model's shape (small: 3.3M parameters; qwen2.5-0.5b: 494M)",
+    )
     bench.add_argument(
         "--backend",
         choices=("builtin", "sglang"),
@@ -74,6 +85,14 @@ def run(args: argparse.Namespace) -> int:
         module.run(args.json, quick=args.quick, faults=faults)
     elif args.name == "eviction":
         module.run(args.json, quick=args.quick, repeats=args.repeats, chunk_size=args.chunk_size)
+    elif args.name == "engine":
+        module.run(
+            args.json,
+            quick=args.quick,
+            shape=args.shape,
+            model_dir=args.model,
+            repeats=args.repeats,
+        )
     elif args.name == "drafts":
         module.run(args.json, quick=args.quick, repeats=args.repeats, model=args.model)
     else:

@@ -18,7 +18,10 @@ class EngineConfig:
     room is needed, "queue" (requests whose next chunk is not queued, least recently used;
     then the queued request that runs last) or "lru" (least recently used alone, which
     cascades when several chunks that ended together queue again behind a request that
-    needs room: ``ParkedStore.evict``).
+    needs room: ``ParkedStore.evict``); ``packed_weights``: forwards of several tokens run
+    their matmuls on fused copies of the weights in oneDNN's layout, rebuilt when the
+    weights change (``actors.model.packed``: faster on CPU, one more copy of the weights in
+    memory; no effect where torch lacks oneDNN or off the CPU).
 
     Memory: K/V slot buffers of ``(max_batch + 1) * max_seq_len`` tokens are preallocated
     (``ModelConfig.kv_bytes_per_token`` each); parked KV is copied out compactly. The token
@@ -37,6 +40,7 @@ class EngineConfig:
     profile_context: int = 128
     profile_repeats: int = 5
     parked_eviction: str = "queue"
+    packed_weights: bool = True
 
     def __post_init__(self) -> None:
         for name in (

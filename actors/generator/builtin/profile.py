@@ -27,6 +27,7 @@ from actors.generator.builtin.kv_cache import KVCache
 from actors.generator.builtin.runner import ModelRunner, Segment
 from actors.generator.builtin.sampler import SamplingBatch, choose_tokens
 from actors.model.llama import LlamaModel
+from actors.model.packed import PackedWeights
 
 
 class StepProfile:
@@ -45,12 +46,15 @@ class StepProfile:
         draft_lens: Sequence[int],
         context: int,
         repeats: int,
+        packed: PackedWeights | None = None,
     ) -> StepProfile:
+        """``packed``: the engine's packed weights, timed as its steps run (None: the plain
+        modules)."""
         batches, draft_lens = sorted(set(batches)), sorted(set(draft_lens))
         param = next(model.parameters())
         capacity = context + max(draft_lens) + 1
         cache = KVCache(model.config, max(batches), capacity, param.dtype, param.device)
-        runner = ModelRunner(model, cache)
+        runner = ModelRunner(model, cache, packed)
         probes = [_Probe.build(runner, b, g, context) for b in batches for g in draft_lens]
         samples: list[list[float]] = [[] for _ in probes]
         for round_ in range(repeats + 1):  # round 0 warms up

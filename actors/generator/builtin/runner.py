@@ -3,7 +3,9 @@
 A ``Segment`` is one row: ``ctx_len`` tokens already in its slot, then new tokens with
 explicit positions and an optional mask among them (None = causal). Rows of one call occupy
 the contiguous slots ``[slot_start, slot_start + len(segments))``. The runner knows nothing
-about requests, budgets or sampling.
+about requests, budgets or sampling. With ``packed`` weights (``actors.model.packed``), a
+forward of more than one token runs its matmuls on them; a single token runs the plain
+modules (memory-bound: no faster packed).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 from actors.generator.builtin.kv_cache import KVCache
 from actors.model.layout import build_layout
 from actors.model.llama import LlamaModel
+from actors.model.packed import PackedWeights
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,9 +30,12 @@ class Segment:
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaModel, cache: KVCache) -> None:
+    def __init__(
+        self, model: LlamaModel, cache: KVCache, packed: PackedWeights | None = None
+    ) -> None:
         self.model = model
         self.cache = cache
+        self.packed = packed
 
     def forward(
         self,
@@ -57,6 +63,7 @@ class ModelRunner:
             if logits_index is None
             else torch.tensor(logits_index, dtype=torch.long, device=dev)
         )
+        packs = self.packed.current() if self.packed is not None and len(ids) > 1 else None
         with torch.inference_mode():
             return self.model.forward_cached(
                 torch.tensor(ids, dtype=torch.long, device=dev),
@@ -65,4 +72,5 @@ class ModelRunner:
                 self.cache.values,
                 layout,
                 index,
+                packs,
             )

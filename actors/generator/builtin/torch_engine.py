@@ -48,6 +48,7 @@ from actors.generator.engine import (
 )
 from actors.generator.errors import DuplicateRequestError, EngineBusyError, RequestNotInEngineError
 from actors.model.llama import LlamaModel
+from actors.model.packed import PackedWeights
 from actors.model.weights import load_state_dict, load_weights_into
 
 
@@ -73,7 +74,8 @@ class TorchEngine:
         self._cache = KVCache(
             model.config, cfg.max_batch + 1, self.max_seq_len, param.dtype, param.device
         )
-        self._runner = ModelRunner(self.model, self._cache)
+        packed = PackedWeights(self.model) if cfg.packed_weights else None
+        self._runner = ModelRunner(self.model, self._cache, packed)
         self._counts = dict.fromkeys(EngineCounters.__dataclass_fields__, 0)
         self._sched = Batcher(
             cfg, self._cache, self._counts, lambda slot: self._finish(slot, "length")
@@ -283,7 +285,12 @@ class TorchEngine:
         batches = [b for b in cfg.profile_batches if b <= cfg.max_batch] or [1]
         context = min(cfg.profile_context, self.max_seq_len - max(cfg.profile_draft_lens) - 1)
         return StepProfile.measure(
-            self.model, batches, cfg.profile_draft_lens, max(context, 1), cfg.profile_repeats
+            self.model,
+            batches,
+            cfg.profile_draft_lens,
+            max(context, 1),
+            cfg.profile_repeats,
+            self._runner.packed,
         )
 
 
