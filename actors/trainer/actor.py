@@ -6,7 +6,9 @@ weight version they must carry), `SaveCheckpoint`, `LoadCheckpoint`. A `TrainSte
 anything changes; the caller gets the error), publishes the new weights to every
 generator in bounded tensor buckets and the version to the scheduler, and answers with a
 `TrainReport`. The model is built from the `model` option by `build_model`, exactly as
-the generators build theirs.
+the generators build theirs; with `kl_coef > 0` a frozen copy of it is the KL reference.
+A step that fails part-way (`TrainStepError`: a non-finite loss, a lost rank) leaves the
+weights and version of before it (see `GRPOTrainer`) and publishes nothing.
 
 Trainer ranks: with R "trainer" actors in the topology (or under torchrun, whose
 environment wins) each actor is one rank of a torch.distributed group (gloo on CPU, NCCL on
@@ -26,6 +28,7 @@ the step and its publication to end, then sends the weights of that step.
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from collections.abc import Mapping
@@ -149,8 +152,15 @@ class TrainerActor(ShardReceiver, Actor):
     def _build(self) -> RankedGRPOTrainer:
         torch.set_num_threads(self.opts.num_threads)
         o = self.opts
+        model = build_model(o.model)
+        # the KL reference: the starting weights, frozen, on the same device (never saved:
+        # a resumed run builds the same starting model from `model`, then loads the
+        # checkpoint into the policy alone)
+        ref_model = copy.deepcopy(model).eval() if o.kl_coef > 0 else None
         return RankedGRPOTrainer(
-            build_model(o.model),
+            model,
+            ref_model=ref_model,
+            restore_on_failure=o.restore_on_failure,
             lr=o.lr,
             max_grad_norm=o.max_grad_norm,
             clip_eps=o.clip_eps,
