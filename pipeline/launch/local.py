@@ -2,9 +2,10 @@
 `launch_inprocess` (every actor a task of the caller's event loop).
 
 `launch_local(config)`: one OS process per actor (`seer actor ...`), sockets over ipc or
-tcp, in a private run folder (`rundir.py`) whose sockets are removed when the run stops. It awaits every actor's `ActorReady` (failing fast, with the actor's log tail, if one
-dies first), stops them with `Stop` then SIGTERM then SIGKILL, and leaves no orphan even if
-the launcher itself is killed (children get PDEATHSIG and also watch their parent pid).
+tcp, in a private run folder (`rundir.py`) whose sockets are removed when the run stops.
+It awaits every actor's `ActorReady` (failing fast, with the actor's log tail, if one
+dies first), stops them with `Stop` then SIGTERM then SIGKILL, and leaves no orphan even
+if the launcher itself is killed (children get PDEATHSIG and also watch their parent pid).
 
 `launch_inprocess(config)`: every actor as a task in the caller's event loop over
 in-process channels, for embedding and tests.

@@ -14,6 +14,7 @@ socket files a stopped run leaves; its logs and config stay where the docs say.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
@@ -35,18 +36,15 @@ def make_run_dir(config: PipelineConfig) -> Path:
 
 def private_folder(path: Path) -> None:
     """`path` exists, is a real folder of this user, mode 0700 (made so if new)."""
-    try:
+    with contextlib.suppress(FileExistsError):
         path.mkdir(mode=0o700)
-    except FileExistsError:
-        pass
     info = os.lstat(path)
     fix = "remove it, or set transport.run_dir to a folder of your own"
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
         raise ConfigError(f"run folder {path} is not a plain folder (a link or a file): {fix}")
     if info.st_uid != os.getuid():
         raise ConfigError(
-            f"run folder {path} belongs to user id {info.st_uid}, not to you "
-            f"({os.getuid()}): {fix}"
+            f"run folder {path} belongs to user id {info.st_uid}, not to you ({os.getuid()}): {fix}"
         )
     if info.st_mode & 0o077:
         mode = stat.S_IMODE(info.st_mode)

@@ -18,7 +18,7 @@ import pytest
 from actors.scheduler import RequestState, SchedulerCore
 from actors.scheduler.policy import ContextAware, Policy, make_policy
 from pipeline.rollout.api import Rollout, rollout_config
-from transport.messages import ActorStats, GetStats, SamplingSpec
+from transport.messages import SamplingSpec
 
 LIMIT = 1000
 

@@ -61,7 +61,9 @@ def samples(version: int, rewards: tuple[float, ...], bad: int = -1) -> tuple[Tr
     return tuple(out)
 
 
-async def train(cluster: Cluster, iteration: int, specs: tuple[TrainSampleSpec, ...]) -> TrainReport:
+async def train(
+    cluster: Cluster, iteration: int, specs: tuple[TrainSampleSpec, ...]
+) -> TrainReport:
     reply = await cluster.call("trainer", 0, TrainStep(iteration=iteration, samples=specs))
     assert isinstance(reply, TrainReport)
     return reply
