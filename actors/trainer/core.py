@@ -26,8 +26,9 @@ Contract of ``step(samples)``:
 - **A step is all or nothing.** A failure part-way (a non-finite loss or gradient in any
   mini-batch, a lost rank in a collective) restores the weights, optimiser state and
   shuffling RNG taken just before the step (``restore_on_failure``, the default: one copy
-  of the weights and optimiser state, kept on the model's device; ``bench``: about the
-  cost of one optimiser step on the toy) and raises ``TrainStepError``; the version is
+  of the weights and optimiser state, kept on the model's device: three times the
+  weights' bytes with AdamW; on the toy RL model, 10 MiB and about 0.1 s against a 3 s
+  step on a busy 2-core host) and raises ``TrainStepError``; the version is
   unchanged, so nothing is published. With ``restore_on_failure=False`` (no room for the
   copy) the trainer instead becomes unusable: every later step raises ``TrainStepError``.
 - **Same distribution as the rollout.** ``sampling`` (temperature, top-k, top-p) transforms

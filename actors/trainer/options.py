@@ -42,7 +42,8 @@ class TrainerOptions:
     seed: int = 0
     #: a step that fails part-way (a non-finite loss, a lost rank) puts back the weights and
     #: optimiser state of before it, from a copy taken at each step's start on the model's
-    #: device (false: no copy; the trainer refuses every later step instead)
+    #: device (false: no copy; the trainer then refuses to step, publish or save until a
+    #: checkpoint is loaded)
     restore_on_failure: bool = True
     #: trainer ranks (the topology's count of "trainer" actors): the host of rank 0's
     #: torch.distributed rendezvous (ignored under torchrun, which sets MASTER_ADDR)

@@ -106,3 +106,21 @@ async def test_a_step_failing_in_its_second_mini_batch_changes_nothing(tmp_path:
     assert before[1]["optimizer"]["state"] == after[1]["optimizer"]["state"] == {}
     assert torch.equal(before[1]["rng_trainer"], after[1]["rng_trainer"])
     assert report.version == 1 and report.stats["num_optimizer_steps"] == 2
+
+
+async def test_without_the_copy_a_failed_step_leaves_the_trainer_refusing(tmp_path: Path) -> None:
+    """`restore_on_failure = false`: the first mini-batch's update stays in the weights under
+    the old version, so the trainer refuses to step, publish or save them."""
+    order = torch.randperm(4, generator=torch.Generator().manual_seed(0))
+    bad = int(order[3])
+    rewards = tuple(0.0 if i in (bad, int(order[0])) else 1.0 for i in range(4))
+    options = {"mini_batch_size": 2, "seed": 0, "restore_on_failure": False}
+    async with launch_inprocess(config(tmp_path, **options)) as cluster:
+        with pytest.raises(RemoteError, match="trainer now unusable"):
+            await train(cluster, 0, samples(0, rewards, bad=bad))
+        with pytest.raises(RemoteError, match="unusable since a failed step"):
+            await train(cluster, 0, samples(0, rewards))
+        save = SaveCheckpoint(path=str(tmp_path / "after"), iteration=0)
+        with pytest.raises(RemoteError, match="unusable since a failed step"):
+            await cluster.call("trainer", 0, save)
+    assert not (tmp_path / "after").exists()
