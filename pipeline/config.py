@@ -84,7 +84,8 @@ class Topology:
 class TransportConfig:
     """How actors reach each other. `scheme`: "ipc" (one host, unix sockets), "tcp" (many hosts)
     or "inproc" (one process). `run_dir`: where ipc sockets and actor logs go ("" = the system's
-    temporary folder + "/seer"; the run id is appended). `host`: the tcp host of actors without
+    temporary folder + "/seer-<uid>", one per user, mode 0700; the run id is appended, and
+    that folder is made mode 0700 too). `host`: the tcp host of actors without
     `hosts`, and of the driver. `base_port`: tcp ports are `base_port` + 0 (control), + 1
     (driver), + 2 ... (each actor in topology order). `hwm`: ZeroMQ's high-water mark, messages
     queued per socket before a send waits. `max_header_mib`: the largest message header a
@@ -110,6 +111,12 @@ class TransportConfig:
             )
         if not 1024 <= self.base_port <= 65000:
             raise ConfigError(f"transport.base_port {self.base_port} out of range 1024..65000")
+
+
+def default_run_root() -> str:
+    """Where runs go without `transport.run_dir`: one folder per user, `$TMPDIR/seer-<uid>`
+    (made private, mode 0700, by the launcher: `pipeline.launch.rundir`)."""
+    return os.path.join(tempfile.gettempdir(), f"seer-{os.getuid()}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,7 +146,7 @@ class PipelineConfig:
 
     @property
     def run_dir(self) -> Path:
-        base = self.transport.run_dir or os.path.join(tempfile.gettempdir(), "seer")
+        base = self.transport.run_dir or default_run_root()
         return Path(base) / self.run_id
 
     def address(self, role: str, index: int = 0) -> str:

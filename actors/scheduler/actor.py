@@ -225,6 +225,7 @@ class SchedulerActor(Actor):
             max_new_tokens=limit,
             true_lengths=true_lengths if name == "oracle" else None,
             starvation_s=self.opts.starvation_s,
+            starvation_every=self.opts.starvation_every,
         )
         core = SchedulerCore(
             policy,

@@ -5,7 +5,7 @@ dispatcher (``shard``)."""
 from actors.errors import OffPolicyError
 from actors.trainer.batch import TrainBatch, TrainSample, compute_advantages, make_batch
 from actors.trainer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from actors.trainer.core import GRPOTrainer
+from actors.trainer.core import GRPOTrainer, TrainStepError
 from actors.trainer.grpo import group_advantages, grpo_loss, masked_mean, token_logprobs
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "OffPolicyError",
     "TrainBatch",
     "TrainSample",
+    "TrainStepError",
     "compute_advantages",
     "group_advantages",
     "grpo_loss",

@@ -6,7 +6,11 @@ weight version they must carry), `SaveCheckpoint`, `LoadCheckpoint`. A `TrainSte
 anything changes; the caller gets the error), publishes the new weights to every
 generator in bounded tensor buckets and the version to the scheduler, and answers with a
 `TrainReport`. The model is built from the `model` option by `build_model`, exactly as
-the generators build theirs.
+the generators build theirs; with `kl_coef > 0` a frozen copy of it is the KL reference.
+A step that fails part-way (`TrainStepError`: a non-finite loss, a lost rank) leaves the
+weights and version of before it (see `GRPOTrainer`) and publishes nothing; without
+`restore_on_failure` the trainer then refuses to step, publish or save until a
+`LoadCheckpoint` restores it.
 
 Trainer ranks: with R "trainer" actors in the topology (or under torchrun, whose
 environment wins) each actor is one rank of a torch.distributed group (gloo on CPU, NCCL on
@@ -26,6 +30,7 @@ the step and its publication to end, then sends the weights of that step.
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from collections.abc import Mapping
@@ -149,8 +154,15 @@ class TrainerActor(ShardReceiver, Actor):
     def _build(self) -> RankedGRPOTrainer:
         torch.set_num_threads(self.opts.num_threads)
         o = self.opts
+        model = build_model(o.model)
+        # the KL reference: the starting weights, frozen, on the same device (never saved:
+        # a resumed run builds the same starting model from `model`, then loads the
+        # checkpoint into the policy alone)
+        ref_model = copy.deepcopy(model).eval() if o.kl_coef > 0 else None
         return RankedGRPOTrainer(
-            build_model(o.model),
+            model,
+            ref_model=ref_model,
+            restore_on_failure=o.restore_on_failure,
             lr=o.lr,
             max_grad_norm=o.max_grad_norm,
             clip_eps=o.clip_eps,
@@ -225,6 +237,7 @@ class TrainerActor(ShardReceiver, Actor):
         return TrainReport(iteration=msg.iteration, version=trainer.version, stats=stats)
 
     async def _publish(self, trainer: RankedGRPOTrainer) -> None:
+        trainer.check_usable()  # weights changed under the old version are never sent
         await publish_weights(
             self.mailbox,
             trainer.state_dict(),
@@ -241,6 +254,7 @@ class TrainerActor(ShardReceiver, Actor):
             raise ValueError(f"trainer rank {self.rank_env.rank} does not publish; ask rank 0")
         if not 0 <= msg.instance < self.num_peers("generator"):
             raise ValueError(f"no generator {msg.instance} in the topology")
+        trainer.check_usable()
         await publish_to(
             self.mailbox,
             trainer.state_dict(),
@@ -253,6 +267,7 @@ class TrainerActor(ShardReceiver, Actor):
 
     async def handle_save_checkpoint(self, msg: SaveCheckpoint) -> Ack:
         trainer = self._core()
+        trainer.check_usable()
         await anyio.to_thread.run_sync(
             lambda: save_checkpoint(
                 trainer, msg.path, iteration=msg.iteration, source=self.opts.model.path
@@ -263,6 +278,7 @@ class TrainerActor(ShardReceiver, Actor):
     async def handle_load_checkpoint(self, msg: LoadCheckpoint) -> TrainReport:
         trainer = self._core()
         info = await anyio.to_thread.run_sync(lambda: load_checkpoint(trainer, msg.path))
+        trainer.broken = ""  # a checkpoint's weights and version agree again
         if self.is_publisher:
             await self._publish(trainer)
         return TrainReport(iteration=int(info["iteration"]), version=trainer.version, stats={})

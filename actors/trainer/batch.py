@@ -21,6 +21,12 @@ before it were right moves (a negative advantage over the whole answer would pus
 with the mistake), the tokens after it follow from the mistake. Its advantage is its group's
 when negative, else -1: a group in which every sample failed has zero group advantage but
 still says which tokens were wrong, so it is trained rather than skipped (``GRPOTrainer``).
+
+**Which rows train** is one rule for one rank and several (``rows_to_train``): with no KL
+term, a member of a flat group (all rewards equal) whose mistake was not located carries
+no gradient and is left out, so its tokens do not dilute the loss; a located member trains.
+Each skipped member counts as its share 1/G of a skipped group, so the count of skipped
+groups adds up the same whether a group sits on one rank or is spread over several.
 """
 
 from __future__ import annotations
@@ -125,6 +131,45 @@ def compute_advantages(samples: Sequence[TrainSample], scale: bool = True) -> Te
     return out
 
 
+def credit_advantages(advantages: Tensor, located: Tensor) -> Tensor:
+    """Step credit's advantage: a located mistake (``located`` (B,) bool) trains with its
+    group's advantage when negative, else -1 (a flat, all-failed group, or a partial-credit
+    reward); the rest keep theirs. advantages (B,) -> (B,), a new tensor."""
+    out = advantages.clone()
+    out[located & (out >= 0)] = -1.0
+    return out
+
+
+def flat_shares(samples: Sequence[TrainSample]) -> list[float]:
+    """Each sample's share of a flat group (1/G for a member of a group of G samples
+    whose rewards are all equal, else 0): what the dispatcher sends a rank with each
+    group's advantages (``GroupAdvantages.is_flat``)."""
+    by_group: dict[str, list[int]] = defaultdict(list)
+    for i, sample in enumerate(samples):
+        by_group[sample.group_id].append(i)
+    share = [0.0] * len(samples)
+    for rows in by_group.values():
+        if len({samples[i].reward for i in rows}) < 2:
+            for i in rows:
+                share[i] = 1.0 / len(rows)
+    return share
+
+
+def rows_to_train(
+    flat_share: Sequence[float], located: Sequence[bool], *, kl_coef: float
+) -> tuple[list[int], float]:
+    """The one rule, for one rank and several, of which rows train (see the module
+    docstring): the indices kept, and the skipped groups (sum of the skipped rows' flat
+    shares)."""
+    if len(flat_share) != len(located):
+        raise ValueError(f"{len(flat_share)} flat shares for {len(located)} samples")
+    if kl_coef > 0:
+        return list(range(len(flat_share))), 0.0
+    keep = [i for i, (s, loc) in enumerate(zip(flat_share, located, strict=True)) if loc or s == 0]
+    kept = set(keep)
+    return keep, float(sum(s for i, s in enumerate(flat_share) if i not in kept))
+
+
 def make_batch(samples: Sequence[TrainSample], pad_id: int, scale: bool = True) -> TrainBatch:
     """Right-padded (B, T) tensors with T = max(P + C - 1); see the module docstring."""
     if not samples:
@@ -146,12 +191,11 @@ def make_batch(samples: Sequence[TrainSample], pad_id: int, scale: bool = True) 
             sample.old_logprobs, dtype=torch.float32
         )
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
-    advantages = compute_advantages(samples, scale)
     for row, sample in enumerate(samples):  # step credit: blame the located mistake alone
         if sample.error_index >= 0:
             at = len(sample.prompt_ids) - 1 + sample.error_index
             mask[row], old[row, :at], old[row, at + 1 :] = 0.0, 0.0, 0.0
             mask[row, at] = 1.0
-            if advantages[row] >= 0:  # a flat (all failed) group, or a partial-credit reward
-                advantages[row] = -1.0
+    located = torch.tensor([s.error_index >= 0 for s in samples], dtype=torch.bool)
+    advantages = credit_advantages(compute_advantages(samples, scale), located)
     return TrainBatch(input_ids, targets, mask, old, advantages, rewards)

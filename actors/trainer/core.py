@@ -11,18 +11,26 @@ Contract of ``step(samples)``:
   the trainer's current version ``v`` (the one it published; ``weight_versions``); otherwise
   ``OffPolicyError`` names the first offending request and *nothing* has changed (weights,
   optimiser, RNG, version).
-- **Degenerate groups are skipped.** A group whose rewards are all equal (and none of whose
-  samples has a located mistake: step credit, ``batch.py``) has zero advantage,
-  so with ``kl_coef == 0`` it contributes no gradient; its samples are dropped before the
-  forward pass (they still count in ``reward_mean``/``reward_std``; ``num_skipped_groups``
-  reports them). With ``kl_coef > 0`` they are kept, because the KL term still pulls them.
+- **Degenerate groups are skipped.** A group whose rewards are all equal has zero
+  advantage, so with ``kl_coef == 0`` its members contribute no gradient and are dropped
+  before the forward pass, except those whose mistake step credit located (``batch.py``
+  ``rows_to_train``, the rule the ranks' path applies too); they still count in
+  ``reward_mean``/``reward_std``; ``num_skipped_groups`` adds up 1/G per dropped member.
+  With ``kl_coef > 0`` they are kept, because the KL term still pulls them.
 - **Optimiser steps.** Each of ``epochs`` passes shuffles the kept samples with the trainer's
   seeded generator and cuts them into mini-batches of ``mini_batch_size`` samples (``None``:
   one mini-batch, i.e. one optimiser step per epoch). A mini-batch is split into
   micro-batches of ``micro_batch_size`` samples of similar length (sorted, right-trimmed)
   whose gradients accumulate, weighted so the result equals the unsplit mini-batch loss;
   then the gradient norm is clipped to ``max_grad_norm`` and AdamW steps.
-- A non-finite gradient raises ``FloatingPointError`` without stepping.
+- **A step is all or nothing.** A failure part-way (a non-finite loss or gradient in any
+  mini-batch, a lost rank in a collective) restores the weights, optimiser state and
+  shuffling RNG taken just before the step (``restore_on_failure``, the default: one copy
+  of the weights and optimiser state, kept on the model's device: three times the
+  weights' bytes with AdamW; on the toy RL model, 10 MiB and about 0.1 s against a 3 s
+  step on a busy 2-core host) and raises ``TrainStepError``; the version is
+  unchanged, so nothing is published. With ``restore_on_failure=False`` (no room for the
+  copy) the trainer instead becomes unusable: every later step raises ``TrainStepError``.
 - **Same distribution as the rollout.** ``sampling`` (temperature, top-k, top-p) transforms
   the logits before the new (and reference) logprobs, exactly as the generator's sampler
   did for the old ones (``transformed_logits``); temperature 0 (greedy) and the default
@@ -30,17 +38,19 @@ Contract of ``step(samples)``:
 - On success ``version`` increments: it is the version the new weights carry.
 
 ``torch.set_num_threads`` is the caller's business; each micro-batch moves to the model's
-device. The reference
-model (for the KL term) is frozen and never saved by checkpoints.
+device. The reference model (for the KL term) is frozen and never saved by checkpoints: it
+is the run's starting model, which the caller rebuilds the same way on resume.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import math
 import time
-from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -48,7 +58,7 @@ from torch import Tensor
 from actors.errors import OffPolicyError
 from actors.model import LlamaModel
 from actors.model.sampling import transformed_logits
-from actors.trainer.batch import TrainBatch, TrainSample, make_batch
+from actors.trainer.batch import TrainBatch, TrainSample, flat_shares, make_batch, rows_to_train
 from actors.trainer.grpo import LengthNorm, grpo_loss, token_logprobs
 
 _STEP_STATS = ("loss", "grad_norm", "clip_fraction", "approx_kl", "kl_ref", "mean_ratio")
@@ -79,6 +89,11 @@ class SamplingTransform:
         return token_logprobs(t, targets)
 
 
+class TrainStepError(RuntimeError):
+    """A GRPO step failed part-way; the weights, optimiser and version are those before it
+    (or, without ``restore_on_failure``, the trainer is unusable from now on)."""
+
+
 class GRPOTrainer:
     def __init__(
         self,
@@ -96,6 +111,7 @@ class GRPOTrainer:
         ref_model: LlamaModel | None = None,
         length_norm: LengthNorm = "token",
         seed: int = 0,
+        restore_on_failure: bool = True,
     ) -> None:
         _check_positive(micro_batch_size=micro_batch_size, epochs=epochs, lr=lr)
         _check_positive(max_grad_norm=max_grad_norm)
@@ -124,6 +140,8 @@ class GRPOTrainer:
         self.generator = torch.Generator().manual_seed(seed)
         self.version = 0
         self.sampling = SamplingTransform()
+        self.restore_on_failure = restore_on_failure
+        self.broken: str = ""  # why the trainer is unusable ("" while it is fine)
 
     def state_dict(self) -> dict[str, Tensor]:
         """A detached copy of the model's weights (safe to publish while training goes on)."""
@@ -149,16 +167,18 @@ class GRPOTrainer:
         start = time.perf_counter()
         if not samples:
             raise ValueError("step needs at least one sample")
+        self.check_usable()
         self.check_on_policy(samples)
         self.sampling = sampling or SamplingTransform()
         batch = make_batch(samples, self.pad_id)
         rows, num_skipped = self._rows_to_train(samples)
         gap = self._logprob_gap(batch)  # before the first update: the engines' agreement
         per_step: list[dict[str, float]] = []
-        for _ in range(self.epochs if len(rows) else 0):
-            order = rows[torch.randperm(len(rows), generator=self.generator)]
-            size = self.mini_batch_size or max(1, len(rows))
-            per_step.extend(self._optimizer_step(batch, mini) for mini in _chunks(order, size))
+        with self.all_or_nothing():
+            for _ in range(self.epochs if len(rows) else 0):
+                order = rows[torch.randperm(len(rows), generator=self.generator)]
+                size = self.mini_batch_size or max(1, len(rows))
+                per_step.extend(self._optimizer_step(batch, mini) for mini in _chunks(order, size))
         self.version += 1
         stats = {k: _mean([s[k] for s in per_step]) for k in _STEP_STATS}
         return (
@@ -175,6 +195,41 @@ class GRPOTrainer:
                 "seconds": time.perf_counter() - start,
             }
         )
+
+    def check_usable(self) -> None:
+        if self.broken:
+            raise TrainStepError(f"trainer unusable since a failed step: {self.broken}")
+
+    @contextlib.contextmanager
+    def all_or_nothing(self) -> Iterator[None]:
+        """Run a step's optimiser steps; on any failure put back the weights, optimiser
+        state and RNG of before (or mark the trainer unusable) and raise `TrainStepError`."""
+        saved = self._snapshot() if self.restore_on_failure else None
+        try:
+            yield
+        except Exception as exc:
+            self.optimizer.zero_grad(set_to_none=True)
+            why = f"{type(exc).__name__}: {exc}"
+            if saved is None:
+                self.broken = why
+                raise TrainStepError(f"step failed, trainer now unusable: {why}") from exc
+            self._restore(saved)
+            raise TrainStepError(
+                f"step failed, weights and optimiser restored to version {self.version}: {why}"
+            ) from exc
+
+    def _snapshot(self) -> tuple[dict[str, Tensor], dict[str, Any], Tensor]:
+        weights = {k: t.detach().clone() for k, t in self.model.state_dict().items()}
+        optimizer = copy.deepcopy(self.optimizer.state_dict())  # tensors copied, same device
+        return weights, optimizer, self.generator.get_state()
+
+    @torch.no_grad()
+    def _restore(self, saved: tuple[dict[str, Tensor], dict[str, Any], Tensor]) -> None:
+        weights, optimizer, rng = saved
+        for name, tensor in self.model.state_dict().items():
+            tensor.copy_(weights[name])
+        self.optimizer.load_state_dict(optimizer)
+        self.generator.set_state(rng)
 
     @torch.no_grad()
     def _logprob_gap(self, batch: TrainBatch) -> dict[str, float]:
@@ -193,21 +248,12 @@ class GRPOTrainer:
                 worst = max(worst, float(diff.max()))
         return {"logprob_gap_mean": total / count if count else 0.0, "logprob_gap_max": worst}
 
-    def _rows_to_train(self, samples: Sequence[TrainSample]) -> tuple[Tensor, int]:
-        """Indices (K,) of samples in groups with distinct rewards, and the skipped count."""
-        groups: dict[str, list[int]] = defaultdict(list)
-        for i, sample in enumerate(samples):
-            groups[sample.group_id].append(i)
-        keep: list[int] = []
-        num_skipped = 0
-        for members in groups.values():
-            is_flat = len({samples[i].reward for i in members}) < 2
-            located = any(samples[i].error_index >= 0 for i in members)  # step credit
-            if is_flat and self.kl_coef == 0 and not located:
-                num_skipped += 1
-            else:
-                keep.extend(members)
-        return torch.tensor(sorted(keep), dtype=torch.long), num_skipped
+    def _rows_to_train(self, samples: Sequence[TrainSample]) -> tuple[Tensor, float]:
+        """Indices (K,) of the samples that train, and the skipped groups (`rows_to_train`,
+        the rule the ranks' path applies too)."""
+        located = [s.error_index >= 0 for s in samples]
+        keep, skipped = rows_to_train(flat_shares(samples), located, kl_coef=self.kl_coef)
+        return torch.tensor(keep, dtype=torch.long), skipped
 
     def _optimizer_step(self, batch: TrainBatch, rows: Tensor) -> dict[str, float]:
         """Accumulate the loss of ``rows`` over micro-batches, clip, step; per-step stats."""
@@ -217,6 +263,7 @@ class GRPOTrainer:
         num_seqs = float((batch.mask[rows].sum(dim=-1) > 0).sum())
         self.optimizer.zero_grad(set_to_none=True)
         totals = self._accumulate(batch, rows, num_tokens, num_seqs)
+        _check_finite_loss(totals["loss"])
         return totals | {"grad_norm": self._clip_and_step()}
 
     def _accumulate(
@@ -276,6 +323,12 @@ class GRPOTrainer:
             ref_logprobs=ref_logprobs,
             length_norm=self.length_norm,
         )
+
+
+def _check_finite_loss(loss: float) -> None:
+    """Before any optimiser step: a non-finite loss (its gradient may still look finite)."""
+    if not math.isfinite(loss):
+        raise FloatingPointError(f"non-finite loss {loss} in a mini-batch: step not applied")
 
 
 def _check_positive(**values: float) -> None:

@@ -23,8 +23,9 @@ class TrainerOptions:
     model: ModelOptions = field(default_factory=ModelOptions)
     #: the learning rate (AdamW)
     lr: float = 1e-4
-    #: the KL penalty's weight; the trainer actor builds no reference model yet, so only 0
-    #: runs today
+    #: the KL penalty's weight (> 0: the trainer keeps a frozen copy of the starting model
+    #: on `model.device` as the reference, one more model's memory; it is not checkpointed:
+    #: a resumed run rebuilds it from `model`, which is the same starting model)
     kl_coef: float = 0.0
     clip_eps: float = 0.2
     max_grad_norm: float = 1.0
@@ -39,6 +40,11 @@ class TrainerOptions:
     bucket_bytes: int = 16 << 20
     num_threads: int = 2
     seed: int = 0
+    #: a step that fails part-way (a non-finite loss, a lost rank) puts back the weights and
+    #: optimiser state of before it, from a copy taken at each step's start on the model's
+    #: device (false: no copy; the trainer then refuses to step, publish or save until a
+    #: checkpoint is loaded)
+    restore_on_failure: bool = True
     #: trainer ranks (the topology's count of "trainer" actors): the host of rank 0's
     #: torch.distributed rendezvous (ignored under torchrun, which sets MASTER_ADDR)
     dist_addr: str = "127.0.0.1"

@@ -35,8 +35,19 @@ import torch
 from torch import Tensor
 
 from actors.errors import OffPolicyError
-from actors.trainer.batch import TrainBatch, TrainSample, make_batch
-from actors.trainer.core import _STEP_STATS, GRPOTrainer, SamplingTransform
+from actors.trainer.batch import (
+    TrainBatch,
+    TrainSample,
+    credit_advantages,
+    make_batch,
+    rows_to_train,
+)
+from actors.trainer.core import (
+    _STEP_STATS,
+    GRPOTrainer,
+    SamplingTransform,
+    _check_finite_loss,
+)
 from actors.trainer.ranks import all_reduce_min, all_reduce_sum
 
 
@@ -60,6 +71,7 @@ class RankedGRPOTrainer(GRPOTrainer):
         ``flat_share`` marks members of flat groups (1/G each, else 0), skipped like
         ``GRPOTrainer`` skips flat groups."""
         start = time.perf_counter()
+        self.check_usable()
         self._agree_on_policy(samples)
         self.transform = transform or SamplingTransform()
         self.sampling = self.transform  # GRPOTrainer's loss takes logprobs under it
@@ -85,10 +97,11 @@ class RankedGRPOTrainer(GRPOTrainer):
         gap = self._logprob_gap(batch) if batch is not None else {}
         per_step: list[dict[str, float]] = []
         num_minis = math.ceil(kept / self.mini_batch_size) if self.mini_batch_size else 1
-        for _ in range(self.epochs if kept else 0):
-            order = rows[torch.randperm(len(rows), generator=self.generator)]
-            for mini in torch.tensor_split(order, num_minis):
-                per_step.append(self._shard_optimizer_step(batch, mini))
+        with self.all_or_nothing():  # a lost rank or non-finite loss changes nothing
+            for _ in range(self.epochs if kept else 0):
+                order = rows[torch.randperm(len(rows), generator=self.generator)]
+                for mini in torch.tensor_split(order, num_minis):
+                    per_step.append(self._shard_optimizer_step(batch, mini))
         self.version += 1
         mean = r_sum / n
         stats = {
@@ -117,24 +130,22 @@ class RankedGRPOTrainer(GRPOTrainer):
         flat_share: Sequence[float] | None,
         located: Sequence[bool],
     ) -> tuple[TrainBatch | None, Tensor, float]:
-        """The batch with the advantages computed where each group completed, and the rows
-        to train: flat groups' members are skipped unless step credit located their mistake
-        (then, as in `make_batch`, that token's advantage is the group's if negative, else
-        -1); the skipped count adds up their flat shares."""
+        """The batch with the advantages computed where each group completed (step credit
+        applied as `make_batch` does), and the rows to train and skipped groups by the
+        one rule of `rows_to_train`."""
         share = list(flat_share) if flat_share is not None else [0.0] * len(advantages)
         num = 0 if batch is None else len(batch.rewards)
         if len(advantages) != num or len(share) != num:
             raise ValueError(f"{len(advantages)} advantages, {len(share)} flat shares, {num} rows")
         if batch is not None:
-            adv = torch.tensor(list(advantages), dtype=torch.float32)
-            adv[torch.tensor(list(located), dtype=torch.bool) & (adv >= 0)] = -1.0
+            adv = credit_advantages(
+                torch.tensor(list(advantages), dtype=torch.float32),
+                torch.tensor(list(located), dtype=torch.bool),
+            )
             batch = TrainBatch(
                 batch.input_ids, batch.targets, batch.mask, batch.old_logprobs, adv, batch.rewards
             )
-        skip = self.kl_coef == 0
-        keep = [i for i, s in enumerate(share) if not (skip and s > 0 and not located[i])]
-        kept = set(keep)
-        skipped = sum(s for i, s in enumerate(share) if i not in kept) if skip else 0.0
+        keep, skipped = rows_to_train(share, located, kl_coef=self.kl_coef)
         return batch, torch.tensor(keep, dtype=torch.long), skipped
 
     def agree(self, is_ok: bool) -> bool:
@@ -168,6 +179,7 @@ class RankedGRPOTrainer(GRPOTrainer):
             local_totals = self._accumulate(batch, rows, num_tokens, num_seqs)
         totals = torch.tensor([local_totals[k] for k in _STEP_STATS], dtype=torch.float64)
         all_reduce_sum(totals)
+        _check_finite_loss(float(totals[0]))  # the same sum on every rank: all fail together
         self._all_reduce_grads()  # every parameter gets a (summed) gradient
         grad_norm = self._clip_and_step()
         out = dict(zip(_STEP_STATS, totals.tolist(), strict=True))

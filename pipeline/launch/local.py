@@ -2,9 +2,10 @@
 `launch_inprocess` (every actor a task of the caller's event loop).
 
 `launch_local(config)`: one OS process per actor (`seer actor ...`), sockets over ipc or
-tcp. It awaits every actor's `ActorReady` (failing fast, with the actor's log tail, if one
-dies first), stops them with `Stop` then SIGTERM then SIGKILL, and leaves no orphan even if
-the launcher itself is killed (children get PDEATHSIG and also watch their parent pid).
+tcp, in a private run folder (`rundir.py`) whose sockets are removed when the run stops.
+It awaits every actor's `ActorReady` (failing fast, with the actor's log tail, if one
+dies first), stops them with `Stop` then SIGTERM then SIGKILL, and leaves no orphan even
+if the launcher itself is killed (children get PDEATHSIG and also watch their parent pid).
 
 `launch_inprocess(config)`: every actor as a task in the caller's event loop over
 in-process channels, for embedding and tests.
@@ -29,6 +30,7 @@ import structlog
 from pipeline.config import PipelineConfig, save_config
 from pipeline.launch.cluster import ActorStatus, Cluster, await_ready
 from pipeline.launch.registry import build_actor, socket_options, validate_topology, zmq_transport
+from pipeline.launch.rundir import make_run_dir, remove_sockets
 from transport.errors import TransportError
 from transport.inproc import InprocHub, InprocTransport
 from transport.messages import (
@@ -71,8 +73,7 @@ def _spawn(
 async def launch_local(config: PipelineConfig) -> AsyncIterator[Cluster]:
     """Start every actor as its own process; stop them all on exit."""
     validate_topology(config)
-    run_dir = config.run_dir
-    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    run_dir = make_run_dir(config)  # private (0700): the ipc sockets rely on its mode
     config_path = save_config(config, run_dir / "config.toml")
     transport = zmq_transport(config)
     cluster = Cluster(config, transport)
@@ -109,6 +110,7 @@ async def launch_local(config: PipelineConfig) -> AsyncIterator[Cluster]:
         with anyio.CancelScope(shield=True):
             await _stop_processes(cluster)
             transport.close()
+            remove_sockets(run_dir)  # every process is gone: the logs and config stay
 
 
 async def _stop_processes(cluster: Cluster, which: list[ActorStatus] | None = None) -> None:

@@ -8,8 +8,11 @@ Two ways to find each other:
 - a registry: a folder on a shared filesystem (NFS under Slurm). Each actor binds
   `tcp://<its host's ip>:*`, writes its address to `<registry>/<run_id>/<role>-<index>`
   (atomically), the driver writes its own two, and everyone waits until the book is
-  complete. Which actor a process is comes from `--role/--index`, or from its rank
-  (`SEER_RANK`, `SLURM_PROCID`, `RANK`, `JOB_COMPLETION_INDEX`), the rank-th instance of
+  complete. Each entry carries the launch's nonce (`launch_nonce`: `SEER_LAUNCH_ID`, or
+  Slurm's job id and restart count, or torchrun's), so the entries an earlier launch of
+  the same run id left (a Slurm requeue keeps its job id) are ignored, never used. Which
+  actor a process is comes from `--role/--index`, or from its rank (`SEER_RANK`,
+  `SLURM_PROCID`, `RANK`, `JOB_COMPLETION_INDEX`), the rank-th instance of
   the topology in order.
 
 tcp always, so CURVE keys are required (`transport.curve_keys`, a folder made by
@@ -40,26 +43,53 @@ log = structlog.get_logger()
 RANK_VARIABLES = ("SEER_RANK", "SLURM_PROCID", "RANK", "JOB_COMPLETION_INDEX")
 
 
-class FileRegistry:
-    """Addresses of one run in a shared folder: one small file per actor."""
+def launch_nonce(env: Mapping[str, str]) -> str:
+    """What tells this launch from an earlier one of the same run id (a Slurm requeue
+    keeps its job id, so its config's run id): `SEER_LAUNCH_ID` if set, else Slurm's job
+    id and restart count, else torchrun's run id and restart count, else "" (then set
+    `SEER_LAUNCH_ID` to the same fresh value for every process of a launch)."""
+    if env.get("SEER_LAUNCH_ID"):
+        return env["SEER_LAUNCH_ID"]
+    if env.get("SLURM_JOB_ID"):
+        return f"slurm-{env['SLURM_JOB_ID']}.{env.get('SLURM_RESTART_COUNT') or 0}"
+    if env.get("TORCHELASTIC_RUN_ID"):
+        restarts = env.get("TORCHELASTIC_RESTART_COUNT") or 0
+        return f"torchrun-{env['TORCHELASTIC_RUN_ID']}.{restarts}"
+    return ""
 
-    def __init__(self, folder: str | Path, run_id: str) -> None:
+
+class FileRegistry:
+    """Addresses of one run in a shared folder: one small file per actor, its address and
+    the launch's nonce (`launch_nonce`; from the environment when None). Entries of
+    another launch (stale: an earlier one of the same run id) count as missing."""
+
+    def __init__(self, folder: str | Path, run_id: str, nonce: str | None = None) -> None:
         self.folder = Path(folder) / run_id
+        self.nonce = launch_nonce(os.environ) if nonce is None else nonce
 
     def publish(self, role: str, index: int, address: str) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = self.folder / f".{key(role, index)}.{os.getpid()}.tmp"
-        tmp.write_text(address)
+        tmp.write_text(f"{address}\nlaunch={self.nonce}\n")
         tmp.replace(self.folder / key(role, index))  # atomic: readers see all or nothing
 
     def entries(self) -> dict[str, str]:
+        """This launch's addresses by actor key (stale entries left out)."""
+        return {k: address for k, (address, nonce) in self._read().items() if nonce == self.nonce}
+
+    def stale(self) -> list[str]:
+        """The keys whose entry is another launch's."""
+        return sorted(k for k, (_, nonce) in self._read().items() if nonce != self.nonce)
+
+    def _read(self) -> dict[str, tuple[str, str]]:
         if not self.folder.is_dir():
             return {}
-        return {
-            p.name: p.read_text().strip()
-            for p in self.folder.iterdir()
-            if not p.name.startswith(".")
-        }
+        out = {}
+        for p in self.folder.iterdir():
+            if not p.name.startswith("."):
+                address, _, rest = p.read_text().strip().partition("\n")
+                out[p.name] = (address.strip(), rest.strip().removeprefix("launch="))
+        return out
 
     def missing(self, config: PipelineConfig) -> list[str]:
         wanted = [key(r, i) for r, i in config.topology.instances()]
@@ -71,8 +101,10 @@ class FileRegistry:
         deadline = time.monotonic() + timeout
         while missing := self.missing(config):
             if time.monotonic() > deadline:
+                stale = [k for k in self.stale() if k in missing]
                 raise LaunchError(
                     f"registry {self.folder}: still missing {missing} after {timeout:g} s"
+                    + (f" ({stale} are an earlier launch's, ignored)" if stale else "")
                 )
             time.sleep(0.1)
         return AddressBook.complete(config, self.entries())

@@ -10,10 +10,15 @@ Both the indexed core and the plain scan are checked.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from actors.scheduler import RequestState, SchedulerCore
-from actors.scheduler.policy import ContextAware
+from actors.scheduler.policy import ContextAware, Policy, make_policy
+from pipeline.rollout.api import Rollout, rollout_config
+from transport.messages import SamplingSpec
 
 LIMIT = 1000
 
@@ -71,3 +76,35 @@ def test_starved_requests_are_promoted_one_per_k_dispatches(indexed: bool) -> No
     again = [d.request_id for d in c.next_dispatches(300.0)]  # all eight starved now
     # seven dispatches since the last promotion: one more promotion, then rank order
     assert again[:3] == ["short-0", "long-0", "long-1"] and c.counters["starvation_picks"] == 2
+
+
+@pytest.mark.anyio
+async def test_the_live_scheduler_takes_starvation_every_from_its_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler actor builds its rollout's policy with the options' `starvation_s` and
+    `starvation_every` (it passed only the first: the policy's default 8 was used). A real
+    in-process rollout; the policy the actor built is looked at on its way out."""
+    built: list[Policy] = []
+
+    def keep(*args: Any, **kwargs: Any) -> Policy:
+        built.append(make_policy(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr("actors.scheduler.actor.make_policy", keep)
+    model = {"vocab_size": 32, "hidden": 16, "num_layers": 1, "num_heads": 2,
+             "num_kv_heads": 1, "intermediate": 32, "max_context": 64}  # fmt: skip
+    config = rollout_config(
+        num_generators=1,
+        chunk_size=2,
+        generator={"model": model, "max_batch": 2, "spec": {"mode": "off"}},
+        scheduler={"starvation_s": 7.0, "starvation_every": 3},
+        run_dir=str(tmp_path),
+    )
+    sampling = SamplingSpec(max_new_tokens=4, ignore_eos=True, seed=0)
+    async with Rollout(config, mode="inprocess", timeout_s=120) as rollout:
+        [group] = await rollout.generate([[1, 2, 3]], 2, sampling)
+    assert [len(s.token_ids) for s in group.samples] == [4, 4]
+    [policy] = built
+    assert isinstance(policy, ContextAware)
+    assert (policy.starvation_s, policy.starvation_every) == (7.0, 3)

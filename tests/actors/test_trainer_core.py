@@ -17,6 +17,7 @@ from actors.trainer import (
     GRPOTrainer,
     OffPolicyError,
     TrainSample,
+    TrainStepError,
     load_checkpoint,
     make_batch,
     save_checkpoint,
@@ -123,7 +124,9 @@ def test_flat_group_with_a_located_mistake_is_trained() -> None:
     before = completion_logprobs(m, PROMPT, COMPLETIONS[0])
     stats = GRPOTrainer(m, lr=1e-2, pad_id=0).step(located)
     after = completion_logprobs(m, PROMPT, COMPLETIONS[0])
-    assert stats["num_skipped_groups"] == 0 and stats["num_tokens"] == 1 + 2 + 3 + 1
+    # the located member trains on its one token; the others (advantage 0, nothing located)
+    # are left out as 3/4 of a skipped group (`rows_to_train`, the ranks' rule too)
+    assert stats["num_skipped_groups"] == 0.75 and stats["num_tokens"] == 1
     assert after[1] < before[1]  # the located mistake was pushed down
 
 
@@ -259,3 +262,33 @@ def test_missing_or_corrupt_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=r"bad meta\.json"):
         load_checkpoint(trainer, tmp_path / "ckpt")
     assert_weights_equal(before, weights(trainer.model))
+
+
+def _failing_in_second_mini_batch(trainer: GRPOTrainer) -> list[TrainSample]:
+    """`group` with the last sample of the second mini-batch (of two) given an overflowing
+    importance ratio: its loss is non-finite after the first optimiser step has run."""
+    state = trainer.generator.get_state()
+    order = torch.randperm(4, generator=torch.Generator().manual_seed(0).set_state(state))
+    samples = group(model())
+    bad = int(order[3])
+    samples[bad] = dataclasses.replace(
+        samples[bad], reward=0.0, old_logprobs=(-1e30,) * len(samples[bad].completion_ids)
+    )
+    return samples
+
+
+@pytest.mark.parametrize("restore", [True, False])
+def test_a_failing_step_restores_or_leaves_the_trainer_unusable(restore: bool) -> None:
+    t = GRPOTrainer(model(), lr=1e-2, mini_batch_size=2, restore_on_failure=restore)
+    before = {k: v.clone() for k, v in t.model.state_dict().items()}
+    with pytest.raises(TrainStepError, match="non-finite loss"):
+        t.step(_failing_in_second_mini_batch(t))
+    assert t.version == 0
+    same = all(torch.equal(before[k], v) for k, v in t.model.state_dict().items())
+    assert same == restore  # without the copy, the first mini-batch's step stays applied
+    if restore:
+        t.step(group(model()))
+        assert t.version == 1
+    else:
+        with pytest.raises(TrainStepError, match="unusable"):
+            t.step(group(model()))

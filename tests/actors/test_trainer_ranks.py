@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from actors.dispatcher.core import group_advantage_message
 from actors.trainer import OffPolicyError, compute_advantages
 from actors.trainer.core import SamplingTransform
 from actors.trainer.ranks import RankEnv, RankError
@@ -148,6 +149,42 @@ def test_off_policy_shard_refused_before_anything_changes() -> None:
         t.step_shard([dataclasses.replace(s, weight_versions=(1,)) for s in w.samples()])
     assert t.version == 0
     assert all(torch.equal(before[k], v) for k, v in t.model.state_dict().items())
+
+
+def test_a_flat_group_with_some_mistakes_located_trains_alike_on_one_rank_and_several() -> None:
+    """One rule for which rows train (`rows_to_train`): a flat (all-failed) group in which
+    step credit located only some mistakes trains its located members alone and counts the
+    rest as their shares of a skipped group, whether one rank computes it (`step`) or the
+    dispatcher's advantages reach a rank (`step_shard`, advantages and flatness from
+    `group_advantage_message`, as the dispatcher sends them)."""
+    samples = []
+    for s in w.samples():
+        if s.group_id == "g1":  # all failed; mistakes located in the first two only
+            located = s.request_id in ("g1-0", "g1-1") and len(s.completion_ids) > 1
+            s = dataclasses.replace(s, reward=0.0, error_index=1 if located else -1)
+        samples.append(s)
+    assert sum(s.error_index >= 0 for s in samples) == 2
+    given: dict[str, tuple[float, float]] = {}
+    given_groups = list(dict.fromkeys(s.group_id for s in samples))
+    for gid in given_groups:
+        members = [(s.request_id, s.reward) for s in samples if s.group_id == gid]
+        msg = group_advantage_message(0, gid, members)
+        share = 1.0 / len(msg.request_ids) if msg.is_flat else 0.0
+        given |= {r: (a, share) for r, a in zip(msg.request_ids, msg.advantages, strict=True)}
+    a, b = w.trainer(), w.trainer()
+    sa = a.step(samples)
+    sb = b.step_shard(
+        samples,
+        advantages=[given[s.request_id][0] for s in samples],
+        flat_share=[given[s.request_id][1] for s in samples],
+    )
+    assert sa["num_tokens"] == sb["num_tokens"]
+    flat = sum(len({s.reward for s in samples if s.group_id == g}) == 1 for g in given_groups)
+    # every flat group skipped whole, but g1 only by its two unlocated members' shares
+    assert sa["num_skipped_groups"] == sb["num_skipped_groups"] == pytest.approx(flat - 0.5)
+    assert sa["loss"] == pytest.approx(sb["loss"], rel=1e-6)
+    for name, tensor in a.model.state_dict().items():
+        torch.testing.assert_close(b.model.state_dict()[name], tensor)
 
 
 def test_rank_env_reads_torchrun_variables() -> None:

@@ -66,6 +66,8 @@ async def test_four_process_topology_does_real_work_and_leaves_nothing_behind(
     assert all(n > 0 for n in report.shards_per_worker.values())  # both workers got work
     logs = sorted(p.name for p in (config.run_dir / "logs").iterdir())
     assert logs == ["collector-0.log", "dispatcher-0.log", "worker-0.log", "worker-1.log"]
+    # a clean stop leaves the logs and the config, not the ipc sockets
+    assert sorted(p.name for p in config.run_dir.iterdir()) == ["config.toml", "logs"]
     out = subprocess.run(["pgrep", "-f", f"{config.run_dir}/config.toml"], capture_output=True)
     assert out.stdout == b""
 

@@ -17,8 +17,9 @@ import pytest
 
 from pipeline.config import ConfigError, PipelineConfig, save_config
 from pipeline.launch import launch
+from pipeline.launch.cluster import LaunchError
 from pipeline.launch.endpoints import AddressBook, AddressBookError
-from pipeline.launch.static import FileRegistry, actor_for_rank, rank_from_env
+from pipeline.launch.static import FileRegistry, actor_for_rank, launch_nonce, rank_from_env
 from pipeline.rollout.api import Group, Rollout, rollout_config
 from tests.pipeline.tiny import TINY_GENERATOR
 from transport.messages import ActorStats, GetStats, PromptSpec, SamplingSpec
@@ -157,6 +158,38 @@ async def test_static_registry_gives_the_local_samples(
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_registry_ignores_the_entries_of_an_earlier_launch_of_the_same_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Slurm requeue keeps the job id, so the run id: the first launch's addresses are
+    still in the registry when the second starts, and must not be taken for its own."""
+    config = _config(tmp_path)
+    registry = tmp_path / "registry"
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+    monkeypatch.delenv("SEER_LAUNCH_ID", raising=False)
+    first = FileRegistry(registry, config.run_id)
+    keys = [*(f"{r}-{i}" for r, i in config.topology.instances()), "driver-0", "control-0"]
+    for k in keys:
+        role, _, index = k.rpartition("-")
+        first.publish(role, int(index), f"tcp://10.0.0.1:{1000 + len(role)}")
+    assert first.missing(config) == []
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # the requeued job
+    second = FileRegistry(registry, config.run_id)
+    assert second.nonce != first.nonce
+    assert sorted(second.missing(config)) == sorted(keys)  # stale: ignored
+    with pytest.raises(LaunchError, match="an earlier launch's, ignored"):
+        second.wait_complete(config, timeout=0.2)
+    for k in keys:
+        role, _, index = k.rpartition("-")
+        second.publish(role, int(index), f"tcp://10.0.0.2:{2000 + int(index)}")
+    book = second.wait_complete(config, timeout=1.0)
+    assert book("scheduler", 0) == "tcp://10.0.0.2:2000"
+    assert sorted(first.missing(config)) == sorted(keys)  # and the reverse
+    monkeypatch.setenv("SEER_LAUNCH_ID", "mine")
+    assert launch_nonce(os.environ) == "mine"
 
 
 def test_ranks_name_actors_in_topology_order(tmp_path: Path) -> None:
