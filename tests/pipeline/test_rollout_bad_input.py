@@ -56,23 +56,25 @@ def _state(seed: int) -> dict[str, torch.Tensor]:
     return LlamaModel.random(ModelOptions(**TINY_MODEL).config(), seed=seed).state_dict()
 
 
-BAD_PROMPTS: list[tuple[Any, Any, SamplingSpec, type[Exception], str]] = [
-    # prompts, group_size, sampling, error, what the message names
-    ([[1, -3, 4]], 2, SAMPLING, InvalidPromptError, "prompt 0 ('p0'): token_ids[1] = -3"),
-    ([[1, 2], [5, VOCAB]], 2, SAMPLING, InvalidPromptError, f"prompt 1 ('p1'): token_ids[1] = {VOCAB}"),
-    ([[1] * 300], 2, SAMPLING, InvalidPromptError, "token_ids has 300 tokens; the generators' context holds 256"),
-    ([[1, 2.5]], 2, SAMPLING, InvalidPromptError, "token_ids[1] is 2.5"),
-    ([PromptSpec(prompt_id="q", token_ids=())], 2, SAMPLING, InvalidPromptError, "prompt 0 ('q'): token_ids is empty"),
-    ([PromptSpec(prompt_id="q", token_ids=(1,)), PromptSpec(prompt_id="q", token_ids=(2,))], 2, SAMPLING, InvalidPromptError, "prompt 1 ('q'): prompt_id repeats"),
-    ([[1, 2]], 2, SamplingSpec(temperature=-1), InvalidSamplingError, "SamplingSpec.temperature"),
-    ([[1, 2]], 2, SamplingSpec(top_p=0.0), InvalidSamplingError, "SamplingSpec.top_p"),
-    ([[1, 2]], 2, SamplingSpec(top_k=-1), InvalidSamplingError, "SamplingSpec.top_k"),
-    ([[1, 2]], 2, SamplingSpec(max_new_tokens=0), InvalidSamplingError, "SamplingSpec.max_new_tokens"),
-    ([[1, 2]], 2, SamplingSpec(stop_token_ids=(-1,)), InvalidSamplingError, "SamplingSpec.stop_token_ids"),
-    ([[1, 2]], 2, SamplingSpec(temperature=float("nan")), InvalidSamplingError, "SamplingSpec.temperature"),
-    ([], 2, SAMPLING, RolloutInputError, "prompts is empty"),
-    ([[1, 2]], 0, SAMPLING, RolloutInputError, "group_size must be an int >= 1, got 0"),
-]  # fmt: skip
+P, S, R = InvalidPromptError, InvalidSamplingError, RolloutInputError
+Q1, Q2 = PromptSpec(prompt_id="q", token_ids=(1,)), PromptSpec(prompt_id="q", token_ids=(2,))
+BAD_PROMPTS: list[tuple[Any, int, SamplingSpec, type[Exception], str]] = [
+    # prompts, group_size, sampling, error, what its message names
+    ([[1, -3, 4]], 2, SAMPLING, P, "prompt 0 ('p0'): token_ids[1] = -3"),
+    ([[1, 2], [5, VOCAB]], 2, SAMPLING, P, f"prompt 1 ('p1'): token_ids[1] = {VOCAB}"),
+    ([[1] * 300], 2, SAMPLING, P, "token_ids has 300 tokens; the generators' context holds 256"),
+    ([[1, 2.5]], 2, SAMPLING, P, "token_ids[1] is 2.5"),
+    ([PromptSpec(prompt_id="q", token_ids=())], 2, SAMPLING, P, "prompt 0 ('q'): token_ids is"),
+    ([Q1, Q2], 2, SAMPLING, P, "prompt 1 ('q'): prompt_id repeats"),
+    ([[1, 2]], 2, SamplingSpec(temperature=-1), S, "SamplingSpec.temperature"),
+    ([[1, 2]], 2, SamplingSpec(temperature=float("nan")), S, "SamplingSpec.temperature"),
+    ([[1, 2]], 2, SamplingSpec(top_p=0.0), S, "SamplingSpec.top_p"),
+    ([[1, 2]], 2, SamplingSpec(top_k=-1), S, "SamplingSpec.top_k"),
+    ([[1, 2]], 2, SamplingSpec(max_new_tokens=0), S, "SamplingSpec.max_new_tokens"),
+    ([[1, 2]], 2, SamplingSpec(stop_token_ids=(-1,)), S, "SamplingSpec.stop_token_ids"),
+    ([], 2, SAMPLING, R, "prompts is empty"),
+    ([[1, 2]], 0, SAMPLING, R, "group_size must be an int >= 1, got 0"),
+]
 
 
 async def test_bad_prompts_and_sampling_fail_before_sending_and_the_next_call_runs(
@@ -141,7 +143,7 @@ async def test_update_weights_checks_names_shapes_dtypes_and_version_before_send
                 await rollout.update_weights(state, version)
             assert named in str(caught.value), str(caught.value)
         await rollout.update_weights(good, version=2)
-        with pytest.raises(WeightsError, match="version 1 does not rise: .* hold version 2"):
+        with pytest.raises(WeightsError, match=r"version 1 does not rise: .* hold version 2"):
             await rollout.update_weights(_state(seed=3), version=1)
         groups = await rollout.generate([[5, 6, 7]], 2, SAMPLING)
         assert {s.weight_versions for s in groups[0].samples} == {(2,)}
@@ -157,7 +159,7 @@ async def test_a_publication_the_generators_cannot_load_is_refused_and_the_old_w
         before = await rollout.generate([[5, 6, 7]], 2, SAMPLING)
         bad = {**_state(seed=2), "layers.0.mlp.up_proj.weight": torch.zeros(2, 2)}
         # past the driver's check (published as a trainer would): each generator refuses it
-        with pytest.raises(WeightsRefused, match="generator 0: .*WeightLoadError.*up_proj"):
+        with pytest.raises(WeightsRefused, match=r"generator 0: .*WeightLoadError.*up_proj"):
             await publish_weights(cluster.mailbox, bad, 2, num_generators=2)
         after = await rollout.generate([[5, 6, 7]], 2, SAMPLING)
         assert {s.weight_versions for s in after[0].samples} == {(1,)}
