@@ -36,7 +36,7 @@ from actors.generator.engine import (
     StepResult,
     error_result,
 )
-from actors.generator.errors import EngineError, ServerLostError
+from actors.generator.errors import EngineError, ServerLostError, WeightLoadError
 from actors.generator.options import GeneratorOptions
 from actors.generator.speculator import Speculator
 from actors.generator.step_log import StepLog
@@ -154,6 +154,7 @@ class LocalDriver:
         self.wake = anyio.Event()
         self.parked: set[str] = set()
         self.new_weights: tuple[Weights, int, anyio.Event] | None = None
+        self.weights_error: Exception | None = None  # why the last swap was refused
         self.spec: Speculator | None = None  # set when the engine verifies drafts
         self.sync: DraftSync | None = None
         self._step_span = (0.0, 0.0, 0.0)
@@ -197,6 +198,9 @@ class LocalDriver:
         self.new_weights = (state, version, done)
         self.wake.set()
         await done.wait()
+        error, self.weights_error = self.weights_error, None
+        if error is not None:  # refused: the old weights still serve
+            raise error
 
     async def check(self) -> None:
         pass
@@ -271,6 +275,13 @@ class LocalDriver:
                     self.spec.forget(msg.request_ids)
                 continue
             self.active[msg.request_id] = msg
+            try:  # the engine checks the request first (token ids, context, sampling)
+                engine.add(chunk_request(msg))
+            except EngineError as exc:
+                self.log.warning("chunk_refused", request=msg.request_id, error=str(exc))
+                await self.report(error_result(msg.request_id, exc, engine.weight_version))
+                continue
+            self.parked.discard(msg.request_id)
             if self.spec is not None:
                 is_new_group = self.spec.start(
                     msg.request_id,
@@ -282,23 +293,21 @@ class LocalDriver:
                 )
                 if is_new_group and self.sync is not None:
                     self.sync.wake()  # pull its tree now, not at the next (slow) sync
-            try:
-                engine.add(chunk_request(msg))
-            except EngineError as exc:
-                self.log.warning("chunk_refused", request=msg.request_id, error=str(exc))
-                await self.report(error_result(msg.request_id, exc, engine.weight_version))
-            else:
-                self.parked.discard(msg.request_id)
 
     def _swap_weights(self, engine: Engine) -> None:
         assert self.new_weights is not None
         state, version, done = self.new_weights
         self.new_weights = None
-        for request_id in list(self.parked):
-            engine.release(request_id)
-        self.parked.clear()
-        engine.update_weights(state, version)
-        self.log.info("weights_swapped", version=version, tensors=len(state))
+        try:  # names and shapes are checked before any weight changes
+            engine.update_weights(state, version)
+        except (ValueError, RuntimeError) as exc:  # refused: keep serving the old weights
+            self.weights_error = WeightLoadError(f"weights version {version} not loaded: {exc}")
+            self.log.error("weights_refused", version=version, error=str(exc))
+        else:  # parked KV is stale now
+            for request_id in self.parked:
+                engine.release(request_id)
+            self.parked.clear()
+            self.log.info("weights_swapped", version=version, tensors=len(state))
         done.set()
 
 

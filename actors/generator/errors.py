@@ -46,6 +46,11 @@ class EngineBusyError(EngineError):
     """The operation needs an idle engine (no running or waiting requests)."""
 
 
+class WeightLoadError(EngineError):
+    """A weight publication the engine cannot load (missing or unexpected names, wrong
+    shapes); the engine keeps its weights and version and keeps serving."""
+
+
 class ServerError(EngineError):
     """A generation server refused a request (HTTP 400) or answered something that is not
     its protocol (garbage JSON, a missing field); the message is the server's or says

@@ -11,6 +11,13 @@ the scheduler hears it `missed` the version and gives it no work until the curre
 reach it: when it answers again, the scheduler asks the trainer to push them to that one
 generator (`RepublishWeights`, served by `publish_to`). No live generator at all is not an
 error either.
+
+A generator that answers but cannot load the publication refuses it (an error reply; it
+keeps serving its old weights): `publish_weights` then raises `WeightsRefused` naming each
+refusal. When no generator took the version the scheduler is not told of it (every
+generator still serves the old one); when some did, the ones that refused count as missed.
+With `rising=True` (the library's `Rollout.update_weights`) a version that is not above the
+scheduler's current one is refused (`WeightsError`) before any bucket is sent.
 """
 
 from __future__ import annotations
@@ -21,7 +28,8 @@ import structlog
 import torch
 
 from actors.base import Mailbox
-from transport.errors import TransportError
+from actors.model.weight_spec import WeightsError
+from transport.errors import RemoteError, TransportError
 from transport.messages import (
     Array,
     GetLiveGenerators,
@@ -31,6 +39,17 @@ from transport.messages import (
 )
 
 log = structlog.get_logger()
+
+
+class WeightsRefused(RuntimeError):
+    """Generators answered but refused a publication (they could not load it) and keep
+    serving their old weights; `refused` maps each one's index to its reason."""
+
+    def __init__(self, version: int, refused: Mapping[int, str]) -> None:
+        reasons = "; ".join(f"generator {i}: {why}" for i, why in sorted(refused.items()))
+        super().__init__(f"weights version {version} refused by {reasons}")
+        self.version = version
+        self.refused = dict(refused)
 
 
 def buckets(state: Mapping[str, torch.Tensor], limit: int) -> Iterator[dict[str, Array]]:
@@ -56,25 +75,41 @@ async def publish_weights(
     bucket_bytes: int = 16 << 20,
     timeout_s: float = 300.0,
     notify_scheduler: bool = True,
+    rising: bool = False,
 ) -> tuple[int, ...]:
     """Publish `version` to the generators the scheduler holds live; returns those that
     missed it. Without a scheduler (`notify_scheduler=False`: trainer ranks alone) every
-    generator is called and a failure raises."""
+    generator is called and a failure raises. `WeightsRefused` when a generator refused
+    it; `rising`: `WeightsError` first unless `version` is above the scheduler's."""
     parts = list(buckets(state, bucket_bytes))
     if not notify_scheduler:
         for index in range(num_generators):
             await _send_parts(mailbox, parts, version, index, timeout_s)
         return ()
-    live = await live_generators(mailbox, num_generators, timeout_s)
+    reply = await _ask_live(mailbox, timeout_s)
+    if rising and version <= reply.weight_version:
+        raise WeightsError(
+            f"weights version {version} does not rise: the generators hold version "
+            f"{reply.weight_version}, a publication must carry a higher one"
+        )
+    live = [i for i in reply.instances if 0 <= i < num_generators]
     missed = [i for i in range(num_generators) if i not in live]
+    refused: dict[int, str] = {}
     for index in live:
         try:
             await _send_parts(mailbox, parts, version, index, timeout_s)
+        except RemoteError as exc:  # it answered: it could not load them, and kept its own
+            log.error("weights_refused", generator=index, version=version, error=str(exc))
+            refused[index] = str(exc)
         except TransportError as exc:
             log.warning("weights_missed", generator=index, version=version, error=str(exc))
             missed.append(index)
-    published = WeightsPublished(version=version, missed=tuple(sorted(missed)))
+    if refused and len(refused) == len(live):  # nobody took it: the old version stands
+        raise WeightsRefused(version, refused)
+    published = WeightsPublished(version=version, missed=tuple(sorted([*missed, *refused])))
     await mailbox.call("scheduler", 0, published, timeout_s)
+    if refused:
+        raise WeightsRefused(version, refused)
     return published.missed
 
 
@@ -102,7 +137,12 @@ async def _send_parts(
 
 
 async def live_generators(mailbox: Mailbox, num_generators: int, timeout_s: float) -> list[int]:
+    reply = await _ask_live(mailbox, timeout_s)
+    return [i for i in reply.instances if 0 <= i < num_generators]
+
+
+async def _ask_live(mailbox: Mailbox, timeout_s: float) -> LiveGenerators:
     reply = await mailbox.call("scheduler", 0, GetLiveGenerators(), timeout_s)
     if not isinstance(reply, LiveGenerators):
         raise TransportError(f"scheduler answered GetLiveGenerators with {type(reply).__name__}")
-    return [i for i in reply.instances if 0 <= i < num_generators]
+    return reply

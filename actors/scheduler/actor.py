@@ -1,10 +1,11 @@
 """SchedulerActor: the request buffer and the dispatch loop of a rollout.
 
 Consumes `RequestsAdded` (splitter), `ChunkFinished` (generators), `EstimateUpdated`
-(estimator), `WeightsPublished` (driver). Emits `ChunkAssigned` to generators,
-`RequestFinished` to the estimator, `GroupsClosed` to the draft store (when the topology
-has one), `EndRollout` to generators and `RolloutFinished` (or `RolloutFailed`) to the
-driver. Decisions live in the pure `SchedulerCore` and its policy;
+(estimator), `WeightsPublished` (driver), `CancelRollout` (driver: it stopped waiting; the
+rollout ends at once, its later results are dropped as unknown). Emits `ChunkAssigned` to
+generators, `RequestFinished` to the estimator, `GroupsClosed` to the draft store (when the
+topology has one), `EndRollout` to generators and `RolloutFinished` (or `RolloutFailed`) to
+the driver. Decisions live in the pure `SchedulerCore` and its policy;
 this shell keeps each request's tokens, logprobs and timing, and the rollout record.
 
 A chunk result for an unknown request, or a stale/duplicate one (wrong chunk sequence), is
@@ -50,6 +51,7 @@ from actors.scheduler.runbook import RunBook
 from actors.scheduler.wire import chunk_assigned, instance_load, request_state
 from transport.errors import PeerGone, TransportError
 from transport.messages import (
+    CancelRollout,
     ChunkFinished,
     EndRollout,
     EstimateUpdated,
@@ -103,6 +105,7 @@ class SchedulerActor(Actor):
         # `GroupsOpened` before the splitter's `RequestsAdded` gets here): rollout -> group
         self.early_estimates: dict[str, dict[str, int]] = {}
         self.streams: dict[str, StreamToRanks] = {}  # announced, not yet started: rollout id
+        self.cancelled = ""  # a rollout cancelled before its requests arrived
 
     async def on_peers_changed(self, role: str, count: int) -> None:
         """New generators (a layout switch, between rollouts): a fresh generator set."""
@@ -122,6 +125,7 @@ class SchedulerActor(Actor):
             PeerLost: self.handle_peer_lost,
             GetLiveGenerators: self.handle_get_live_generators,
             StreamToRanks: self.handle_stream_to_ranks,
+            CancelRollout: self.handle_cancel_rollout,
         }
 
     def counters(self) -> dict[str, float]:
@@ -161,7 +165,7 @@ class SchedulerActor(Actor):
             for i in range(self.num_generators):
                 tg.start_soon(probe, i)
         live = tuple(i for i in range(self.num_generators) if answers.get(i))
-        return LiveGenerators(instances=live)
+        return LiveGenerators(instances=live, weight_version=self.weight_version)
 
     async def handle_peer_lost(self, msg: PeerLost) -> None:
         """A launcher saw a generator die (Ray's liveness): the path of a generator that
@@ -195,7 +199,29 @@ class SchedulerActor(Actor):
         timeout = self.opts.health_timeout_s * 10
         return SampleStream(self.mailbox, msg, reward, send_timeout_s=timeout)
 
+    async def handle_cancel_rollout(self, msg: CancelRollout) -> None:
+        """The driver gave up on this rollout: end it now (no more chunks; the generators
+        drop its parked KV, the draft store its trees), or refuse its requests later."""
+        run = self.current
+        if run is None or run.rollout_id != msg.rollout_id:
+            self.cancelled = msg.rollout_id
+            return
+        self.current = None
+        for k, v in run.core.counters.items():
+            self.totals[k] = self.totals.get(k, 0.0) + v
+        self.log.warning("rollout_cancelled", rollout=run.rollout_id)
+        open_groups = tuple(g for g, left in run.unfinished.items() if left)
+        if open_groups and self.has_peer("drafts"):
+            self.offer("drafts", 0, GroupsClosed(rollout_id=run.rollout_id, group_ids=open_groups))
+        await self._end_on_generators(run)
+
     async def handle_requests_added(self, msg: RequestsAdded) -> None:
+        if msg.rollout_id == self.cancelled:  # the driver gave up before they got here
+            self.log.warning("rollout_cancelled", rollout=msg.rollout_id)
+            if self.has_peer("drafts"):
+                groups = tuple(dict.fromkeys(r.group_id for r in msg.requests))
+                self.offer("drafts", 0, GroupsClosed(rollout_id=msg.rollout_id, group_ids=groups))
+            return
         if self.current is not None:
             reason = f"rollout {self.current.rollout_id} still running"
             await self.send_to("driver", 0, RolloutFailed(rollout_id=msg.rollout_id, reason=reason))
@@ -402,16 +428,7 @@ class SchedulerActor(Actor):
         end_loads = [await self._load_or_last(i) for i in range(self.num_generators)]
         record = run.book.record(end_loads)
         samples = run.book.samples()
-        for i in range(self.num_generators):
-            if i in self.down:
-                continue
-            ids = tuple(run.book.specs)
-            try:
-                await self.send_to(
-                    "generator", i, EndRollout(rollout_id=run.rollout_id, request_ids=ids)
-                )
-            except PeerGone as exc:  # it is noticed (and lost) when the next rollout starts
-                self.log.warning("end_rollout_undeliverable", instance=i, error=str(exc))
+        await self._end_on_generators(run)
         self.log.info(
             "rollout_finished",
             rollout=run.rollout_id,
@@ -426,6 +443,19 @@ class SchedulerActor(Actor):
             rollout_id=run.rollout_id, samples=samples, record=record, stream=stream
         )
         await self.send_to("driver", 0, finished)
+
+    async def _end_on_generators(self, run: ActiveRollout) -> None:
+        """Tell every live generator the rollout ended (it drops its requests' parked KV)."""
+        ids = tuple(run.book.specs)
+        for i in range(self.num_generators):
+            if i in self.down:
+                continue
+            try:
+                await self.send_to(
+                    "generator", i, EndRollout(rollout_id=run.rollout_id, request_ids=ids)
+                )
+            except PeerGone as exc:  # it is noticed (and lost) when the next rollout starts
+                self.log.warning("end_rollout_undeliverable", instance=i, error=str(exc))
 
     async def _abandon(self, run: ActiveRollout, reason: str) -> None:
         """Fail the rollout rather than wait forever: the driver gets `RolloutFailed`."""

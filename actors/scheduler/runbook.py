@@ -2,9 +2,10 @@
 
 Per request: its spec, arrival, tokens and logprobs so far, its chunks (a `ChunkRecord`
 each: instance, dispatch, start, end, re-prefilled tokens, weight version, speculation,
-finish reason) and its finish. At the end it yields the samples for the driver and the
-`RolloutRecord`, with per-instance counter deltas (preemptions, recomputed and re-prefilled
-tokens, draft tokens) over the rollout. Times are seconds since the rollout's start.
+finish reason), its finish and why it failed (an engine error's message, if any). At the
+end it yields the samples for the driver and the `RolloutRecord`, with per-instance counter
+deltas (preemptions, recomputed and re-prefilled tokens, draft tokens) over the rollout.
+Times are seconds since the rollout's start.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class RunBook:
         self.logprobs: dict[str, list[float]] = {rid: [] for rid in self.specs}
         self.chunks: dict[str, list[ChunkRecord]] = {rid: [] for rid in self.specs}
         self.finished: dict[str, RequestRecord] = {}
+        self.errors: dict[str, str] = {}  # why a request ended in "error"
         self.start_loads = list(start_loads)
         self.end_time = start
 
@@ -76,6 +78,8 @@ class RunBook:
                 spec=msg.spec,
             )
         )
+        if msg.error:
+            self.errors[rid] = msg.error
         if msg.finish_reason != "chunk":
             self.finished[rid] = RequestRecord(
                 request_id=rid,
@@ -106,6 +110,7 @@ class RunBook:
                     weight_versions=tuple(c.weight_version for c in mine),
                     start_s=min((c.start_s for c in mine), default=0.0),
                     end_s=max((c.end_s for c in mine), default=0.0),
+                    error=self.errors.get(rid, ""),
                 )
             )
         return tuple(out)

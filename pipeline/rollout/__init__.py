@@ -17,22 +17,32 @@ from pipeline.records.workload import (
     workload_from_trace,
 )
 from pipeline.rollout.api import (
+    GeneratorsLost,
     Group,
     OffPolicyError,
     Rollout,
     RolloutError,
     RolloutResult,
     SchedulerLost,
+    WeightsError,
+    WeightsRefused,
     rollout_config,
 )
+from pipeline.rollout.checks import InvalidPromptError, InvalidSamplingError, RolloutInputError
 
 __all__ = [
+    "GeneratorsLost",
     "Group",
+    "InvalidPromptError",
+    "InvalidSamplingError",
     "OffPolicyError",
     "Rollout",
     "RolloutError",
+    "RolloutInputError",
     "RolloutResult",
     "SchedulerLost",
+    "WeightsError",
+    "WeightsRefused",
     "Workload",
     "WorkloadPrompt",
     "compute_metrics",

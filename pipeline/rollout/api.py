@@ -9,10 +9,19 @@ as local processes (`mode="local"`), in this event loop (`mode="inprocess"`), as
 (`mode="ray"`) or attaches to actors started elsewhere (`mode="static"`; `launcher_options`
 go to the launcher, e.g. `{"registry": folder}`), and stops them on exit. `generate`
 returns one `Group` per prompt, each with `group_size` samples
-(token ids, logprobs, finish reason, the weight version of every chunk, timing).
-`update_weights` sends the state dict to every generator in bounded buckets and publishes
-the version. The version belongs to the trainer, which checks that its samples are
-on-policy (our trainer raises `OffPolicyError`); `Rollout` keeps no copy of it.
+(token ids, logprobs, finish reason, the weight version of every chunk, timing, and for a
+sample that failed the engine's reason in `error`). `update_weights` sends the state dict
+to every generator in bounded buckets and publishes the version. The version belongs to
+the trainer, which checks that its samples are on-policy (our trainer raises
+`OffPolicyError`); `Rollout` keeps no copy of it.
+
+Bad input fails before anything is sent (`pipeline.rollout.checks`): prompts, group size
+and sampling with a `RolloutInputError` naming the prompt and the field; weights whose
+names, shapes or dtypes do not fit the generators' model, or a version that does not rise
+above the generators', with a `WeightsError` naming the tensor. A generator that cannot
+load a publication refuses it and keeps serving its old weights: `WeightsRefused`.
+`generate` fails within seconds when no generator is alive (`GeneratorsLost`); one that
+is cancelled (or times out) ends its rollout at the scheduler, so the next call runs.
 """
 
 from __future__ import annotations
@@ -26,19 +35,25 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
+import structlog
 import torch
 
 from actors.drafts.options import SpecConfig
 from actors.errors import OffPolicyError as OffPolicyError  # raised by the trainer
+from actors.model.publish import WeightsRefused as WeightsRefused
 from actors.model.publish import publish_weights
+from actors.model.weight_spec import WeightsError as WeightsError
+from actors.model.weight_spec import check_weights
 from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfig
 from pipeline.launch import Cluster, launch
 from pipeline.launch.backend import server_start_s
 from pipeline.records.metrics import compute_metrics, save_metrics
 from pipeline.records.plot import plot_timeline
 from pipeline.records.trace import save_trace
-from transport.errors import PeerGone
+from pipeline.rollout.checks import GeneratorModel, check_prompts, prompt_specs
+from transport.errors import PeerGone, TransportError
 from transport.messages import (
+    CancelRollout,
     Message,
     PromptBatch,
     PromptSpec,
@@ -59,6 +74,13 @@ class RolloutError(RuntimeError):
 class SchedulerLost(RolloutError):
     """The scheduler died, went silent (no heartbeat) or failed handling a message while a
     rollout was running: the rollout cannot finish, and the driver stops waiting for it."""
+
+
+class GeneratorsLost(RolloutError):
+    """Every generator exited, stopped or went silent: no rollout can run."""
+
+
+log = structlog.get_logger()
 
 
 # Actors a run cannot continue without, besides the scheduler: when one dies during a
@@ -164,6 +186,14 @@ class Rollout:
         self.cluster: Cluster | None = None
         self._ids = itertools.count()
         self._stack = contextlib.AsyncExitStack()
+        self._model: GeneratorModel | None = None  # what inputs are checked against
+
+    @property
+    def generator_model(self) -> GeneratorModel:
+        """What the driver knows of the generators' model (read once, no tensor loaded)."""
+        if self._model is None:
+            self._model = GeneratorModel.of(self.config)
+        return self._model
 
     async def __aenter__(self) -> Rollout:
         launched = launch(self.config, self.mode, **self.launcher_options)
@@ -205,28 +235,53 @@ class Rollout:
         ranks as it finishes (its `rollout_id` is filled in here); the result's samples then
         have no tokens, and `stream` says where they went."""
         cluster = self._cluster()
+        specs = prompt_specs(prompts)
+        sampling = SamplingSpec() if sampling is None else sampling
+        check_prompts(specs, group_size, sampling, self.generator_model)
+        await cluster.poll_control()
+        trouble = self._generators_trouble(cluster)
+        if trouble:
+            raise GeneratorsLost(f"no rollout sent: {trouble}")
         rollout_id = f"r{next(self._ids)}"
-        specs = tuple(
-            p
-            if isinstance(p, PromptSpec)
-            else PromptSpec(prompt_id=f"p{i}", token_ids=tuple(int(t) for t in p))
-            for i, p in enumerate(prompts)
-        )
         batch = PromptBatch(
             rollout_id=rollout_id,
             prompts=specs,
             group_size=group_size,
-            sampling=sampling or SamplingSpec(),
+            sampling=sampling,
             policy=policy,
         )
-        await cluster.poll_control()
         failed_before = cluster.status[("scheduler", 0)].num_failed
-        if stream is not None:
-            announce = dataclasses.replace(stream, rollout_id=rollout_id)
-            await cluster.call("scheduler", 0, announce, timeout=30)
-        await cluster.call("splitter", 0, batch, timeout=30)
-        msg = await self._await_result(cluster, rollout_id, failed_before)
+        try:
+            if stream is not None:
+                announce = dataclasses.replace(stream, rollout_id=rollout_id)
+                await cluster.call("scheduler", 0, announce, timeout=30)
+            await cluster.call("splitter", 0, batch, timeout=30)
+            msg = await self._await_result(cluster, rollout_id, failed_before)
+        except BaseException as exc:  # cancelled, timed out, failed: end it at the scheduler
+            if not isinstance(exc, SchedulerLost):
+                await self._cancel(cluster, rollout_id)
+            raise
         return RolloutResult(self._groups(specs, msg.samples), msg.record, msg.stream)
+
+    async def _cancel(self, cluster: Cluster, rollout_id: str) -> None:
+        """Tell the scheduler to end `rollout_id` (bounded, shielded: this runs while the
+        caller is being cancelled), so the next rollout is not refused as overlapping."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+            try:
+                await cluster.call("scheduler", 0, CancelRollout(rollout_id=rollout_id), 10)
+            except TransportError as exc:
+                log.warning("rollout_cancel_failed", rollout=rollout_id, error=str(exc))
+
+    def _generators_trouble(self, cluster: Cluster) -> str:
+        """Why no generator is alive ("" while one looks alive)."""
+        troubles = [
+            cluster.trouble(role, index, self.scheduler_silence_s)
+            for role, index in cluster.status
+            if role == "generator"
+        ]
+        if troubles and all(troubles):
+            return "no generator is alive (" + "; ".join(troubles) + ")"
+        return ""
 
     async def _await_result(
         self, cluster: Cluster, rollout_id: str, failed_before: int
@@ -240,7 +295,10 @@ class Rollout:
                 msg = await cluster.recv(timeout=0.5)
             except TimeoutError:
                 if anyio.current_time() > deadline:
-                    raise
+                    raise TimeoutError(
+                        f"rollout {rollout_id} did not finish within {self.timeout_s:g} s "
+                        "(Rollout's timeout_s)"
+                    ) from None
                 await cluster.poll_control()
                 trouble = cluster.trouble("scheduler", 0, self.scheduler_silence_s)
                 failed = cluster.status[("scheduler", 0)].num_failed
@@ -251,6 +309,9 @@ class Rollout:
                 trouble = self._essential_trouble(cluster)
                 if trouble:
                     raise PeerGone(f"rollout {rollout_id} abandoned: {trouble}") from None
+                trouble = self._generators_trouble(cluster)
+                if trouble:
+                    raise GeneratorsLost(f"rollout {rollout_id} abandoned: {trouble}") from None
                 continue
             if isinstance(msg, RolloutFailed) and msg.rollout_id == rollout_id:
                 raise RolloutError(msg.reason)
@@ -282,8 +343,19 @@ class Rollout:
         return await self._cluster().call(role, index, msg, timeout=self.timeout_s)
 
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
-        """Send `state_dict` to every generator in buckets; each swaps at its next idle point."""
+        """Send `state_dict` to every generator in buckets; each swaps at its next idle point.
+        `WeightsError` (nothing sent) when a tensor does not fit the generators' model or
+        `version` is not above theirs; `WeightsRefused` when a generator could not load it
+        (it keeps serving its old weights)."""
         cluster = self._cluster()
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+            raise WeightsError(f"weights version must be an int >= 0, got {version!r}")
+        if not isinstance(state_dict, Mapping):
+            kind = type(state_dict).__name__
+            raise WeightsError(f"state_dict must be a mapping of names to tensors, got a {kind}")
+        spec = self.generator_model.weight_spec
+        if spec is not None:
+            check_weights(state_dict, spec)
         count = self.config.topology.group("generator").count
         await publish_weights(
             cluster.mailbox,
@@ -291,4 +363,5 @@ class Rollout:
             version,
             num_generators=count,
             bucket_bytes=self.bucket_bytes,
+            rising=True,
         )

@@ -70,6 +70,7 @@ from transport.messages.registry import (
 )
 from transport.messages.rollout import (
     PROMPT_TAIL_TOKENS,
+    CancelRollout,
     EstimateUpdated,
     GroupInfo,
     GroupsOpened,
@@ -118,6 +119,7 @@ __all__ = [
     "ActorStats",
     "ActorStopped",
     "Array",
+    "CancelRollout",
     "ChunkAssigned",
     "ChunkFinished",
     "ChunkRecord",

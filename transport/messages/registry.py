@@ -34,6 +34,7 @@ from transport.messages.generation import (
     LoadReport,
 )
 from transport.messages.rollout import (
+    CancelRollout,
     EstimateUpdated,
     GroupsOpened,
     PromptBatch,
@@ -107,6 +108,7 @@ REGISTRY: Final[dict[int, type[Message]]] = {
     61: SyncDrafts,
     62: DraftDeltas,
     63: GroupsClosed,
+    90: CancelRollout,
 }
 
 

@@ -65,7 +65,8 @@ class GroupInfo(Struct):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SampleResult(Struct):
     """One finished sample. `weight_versions`: the version of every chunk, in order; a
-    sample whose chunks disagree mixes policies and is refused for training."""
+    sample whose chunks disagree mixes policies and is refused for training. `error`: why
+    a sample whose finish reason is "error" failed (the engine's message), else ""."""
 
     request_id: str
     group_id: str
@@ -77,6 +78,7 @@ class SampleResult(Struct):
     weight_versions: tuple[int, ...]
     start_s: float
     end_s: float
+    error: str = ""
 
     @property
     def num_chunks(self) -> int:
@@ -194,3 +196,12 @@ class RolloutFinished(Message):
 class RolloutFailed(Message):
     rollout_id: str
     reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelRollout(Message):
+    """Driver -> scheduler (call): the driver stopped waiting for rollout `rollout_id`
+    (cancelled, timed out): dispatch none of its chunks, drop its results, free the
+    scheduler for the next rollout (also when its requests have not arrived yet)."""
+
+    rollout_id: str

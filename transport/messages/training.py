@@ -38,9 +38,11 @@ class GetLiveGenerators(Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LiveGenerators(Message):
-    """Scheduler -> publisher: the generators that answer (possibly none)."""
+    """Scheduler -> publisher: the generators that answer (possibly none), and the weight
+    version new chunks carry now (the last published; a new one must be higher)."""
 
     instances: tuple[int, ...]
+    weight_version: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
