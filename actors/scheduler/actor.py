@@ -16,7 +16,7 @@ logprob count that differs from the token count).
 A chunk that ends in "abort" (its engine stopped or failed it, not the request) or whose
 result is overdue (lost on the wire) goes back to waiting from its committed progress, its
 tokens dropped; a generator failing chunks in a row is lost (`FaultBook`); a sample whose
-chunks failed `max_chunk_faults` times ends in "error". Any other handler failure during a
+chunks failed `max_chunk_faults` times in a row ends in "error". Any other handler failure during a
 rollout fails the rollout (`RolloutFailed` to the driver) instead of leaving it running
 forever.
 
@@ -86,7 +86,7 @@ class ActiveRollout:
     book: RunBook
     policy: str
     dispatched: dict[tuple[str, int], float] = field(default_factory=dict)
-    faults: dict[str, int] = field(default_factory=dict)  # request -> chunks that failed
+    faults: dict[str, int] = field(default_factory=dict)  # request -> chunks failed in a row
     unfinished: dict[str, int] = field(default_factory=dict)  # group -> samples left
     stream: SampleStream | None = None  # direct dispatch to the trainer ranks
 
@@ -348,6 +348,7 @@ class SchedulerActor(Actor):
         run.book.add_chunk(msg, dispatched)
         if msg.finish_reason != "error":
             self.faults.served(msg.instance, now - dispatched, len(msg.token_ids))
+            run.faults.pop(msg.request_id, None)  # its failures in a row
         if msg.error:
             self.log.warning("chunk_failed", request=msg.request_id, error=msg.error)
         if finished:

@@ -38,7 +38,7 @@ class SchedulerOptions:
     wire). `max_instance_faults`: a generator whose chunks fail this many times in a row
     (aborted, refused for an engine fault, overdue) counts as lost for the rest of the
     rollout unless the trainer pushes it the weights again. `max_chunk_faults`: a sample
-    whose chunks failed that often ends in "error" rather than be tried again."""
+    whose chunks failed that often in a row ends in "error" rather than be tried again."""
 
     policy: str = "context_aware"
     chunk_size: int = 128

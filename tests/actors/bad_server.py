@@ -4,8 +4,10 @@ The control routes answer as SGLang 0.5.23 does; `/generate` answers according t
 "ok" (a one-token greedy answer), "spec" (three tokens ending in a stop, with SGLang's
 `spec_*` statistics of a speculating server), "400" (the contract gate's error), "503", "garbage"
 (200 with a body that is not JSON), "shape" (JSON that is not a response), "hang"
-(never answers). `health_mode` "ok", "503" or "hang" does the same for
-`/health_generate`. Every `/generate` body is recorded.
+(never answers), "null_logprob" (a good answer whose logprob is null). `health_mode` "ok",
+"503" or "hang" does the same for `/health_generate`. Weights load "from disk" as a version
+label only (`/update_weights_from_disk`; setting `version` back to "default" is a restart
+by the server's supervisor). Every `/generate` body is recorded.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ class BadServer:
                 Route("/server_info", self.server_info, methods=["GET"]),
                 Route("/update_weight_version", self.update_version, methods=["POST"]),
                 Route("/abort_request", self.abort, methods=["POST"]),
+                Route("/pause_generation", self.ok, methods=["POST"]),
+                Route("/continue_generation", self.ok, methods=["POST"]),
+                Route("/update_weights_from_disk", self.update_weights, methods=["POST"]),
             ]
         )
         config = uvicorn.Config(
@@ -86,7 +91,7 @@ class BadServer:
             "prompt_tokens": len(body["input_ids"]),
             "completion_tokens": 1,
             "cached_tokens": 0,
-            "output_token_logprobs": [[-0.5, token, None]],
+            "output_token_logprobs": [[None if mode == "null_logprob" else -0.5, token, None]],
             "weight_version": self.version,
         }
         return JSONResponse({"text": "", "output_ids": [token], "meta_info": meta})
@@ -134,3 +139,11 @@ class BadServer:
 
     async def abort(self, request: Request) -> Response:
         return Response(status_code=200)
+
+    async def ok(self, request: Request) -> Response:
+        return JSONResponse({"success": True, "message": "ok"})
+
+    async def update_weights(self, request: Request) -> Response:
+        body = json.loads(await request.body())
+        self.version = body["weight_version"]
+        return JSONResponse({"success": True, "message": "ok"})
