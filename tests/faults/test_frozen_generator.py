@@ -39,7 +39,7 @@ MODEL = {  # slow enough per step that a chunk outlives the scheduler's rejoin p
     "intermediate": 512,
     "max_context": 256,
 }
-MAX_NEW = 96
+MAX_NEW = 64
 SAMPLING = SamplingSpec(max_new_tokens=MAX_NEW, seed=3, ignore_eos=True)
 
 
@@ -121,8 +121,8 @@ async def test_a_generator_frozen_past_the_health_timeout_resumes_without_loss(
             counters = await _counters(cluster, "generator", 1)
             assert counters["num_superseded_chunks"] > 0  # the case arose
             # the next rollout runs on both generators
-            again = await rollout.generate_with_record(prompts[:8], 2, SAMPLING)
-        _check(again, 16)
+            again = await rollout.generate_with_record(prompts[:4], 2, SAMPLING)
+        _check(again, 8)
         assert {c.instance for c in again.record.chunks} == {0, 1}
         mine = sum(c.instance == 1 for c in result.record.chunks)
         print(
