@@ -106,7 +106,7 @@ def test_a_non_finite_or_non_numeric_logprob_is_refused(bad: object) -> None:
         "output_ids": [4, 5],
         "meta_info": {"output_token_logprobs": entries, "finish_reason": {"type": "length"}},
     }
-    with pytest.raises(ServerError, match="logprob .* of output token 1"):
+    with pytest.raises(ServerError, match=r"logprob .* of output token 1"):
         parse_generate(
             data, chunk(), max_new_tokens=4, context_len=64, eos_token_id=None, weight_version=0
         )

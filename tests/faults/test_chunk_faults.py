@@ -11,13 +11,14 @@ rollout until the driver's one-hour timeout (here: `fail_after`).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
 import pytest
 
 from pipeline.config import PipelineConfig, TransportConfig
-from pipeline.rollout import Rollout, rollout_config
+from pipeline.rollout import Group, Rollout, rollout_config
 from transport.messages import ActorStats, GetStats, PromptSpec, SamplingSpec
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
@@ -52,7 +53,7 @@ async def _scheduler_counters(rollout: Rollout) -> dict[str, float]:
     return dict(stats.counters)
 
 
-def _check_whole(groups: list) -> None:  # type: ignore[type-arg]
+def _check_whole(groups: Sequence[Group]) -> None:
     samples = [s for g in groups for s in g.samples]
     assert {s.finish_reason for s in samples} == {"length"}
     assert all(len(s.token_ids) == len(s.logprobs) == 16 for s in samples)
@@ -73,7 +74,7 @@ async def test_a_generator_that_fails_every_chunk_is_lost_not_the_rollout(tmp_pa
     async with Rollout(_config(tmp_path, "BrokenGenerator")) as rollout:
         with anyio.fail_after(60):
             result = await rollout.generate_with_record(_prompts(20), 2, SAMPLING)
-            _check_whole(list(result.groups))
+            _check_whole(result.groups)
             counters = await _scheduler_counters(rollout)
             # generator 1 was lost after 3 failures in a row (its other chunks in flight
             # then came back stale), and gave no chunk to any sample
