@@ -15,9 +15,11 @@ import structlog
 
 from actors.base import Mailbox
 from actors.generator import ChunkResult, GeneratorOptions
-from actors.generator.drivers import LocalDriver
+from actors.generator.drivers import LocalDriver, RemoteDriver
 from actors.generator.options import SpecConfig
+from tests.actors.bad_server import BadServer
 from tests.actors.engine_util import make_engine
+from tests.actors.test_sglang_faults import engine_for
 from transport.messages import ChunkAssigned, SamplingSpec
 
 pytestmark = pytest.mark.anyio
@@ -83,3 +85,44 @@ async def test_an_older_chunk_after_a_newer_one_is_dropped_unrun() -> None:
     # a chunk of a new rollout is never stale, whatever its sequence
     reports, _ = await run_driver(assigned(3, 40), assigned(1, 8, rollout="r1"))
     assert [(s, len(c.token_ids)) for s, c in reports] == [(1, 8)]
+
+
+async def test_a_newer_chunk_aborts_the_older_call_to_its_server() -> None:
+    """The SGLang driver over real HTTP: the server holds one call per request, so the older
+    call is aborted (`/abort_request`) and its "abort" answer dropped, then the newer runs."""
+    reports: list[tuple[int, ChunkResult]] = []
+
+    async def report(msg: ChunkAssigned, chunk: ChunkResult) -> None:
+        reports.append((msg.chunk_seq, chunk))
+
+    with BadServer("hang") as server:
+        engine = engine_for(server.url, request_timeout_s=30.0)
+        active: dict[str, ChunkAssigned] = {}
+        async with anyio.create_task_group() as tg:
+            driver = RemoteDriver(
+                engine,
+                GeneratorOptions(spec=SpecConfig(mode="off")),
+                report=report,
+                start_soon=tg.start_soon,
+                active=active,
+                started={},
+                log=structlog.get_logger(),
+            )
+            await driver.start()
+            with anyio.fail_after(20):
+                driver.assign(assigned(1, 4))
+                while not server.bodies:  # the older call is at the server
+                    await anyio.sleep(0.01)
+                server.mode = "ok"
+                driver.assign(assigned(2, 4))
+                while active or not reports:
+                    await anyio.sleep(0.01)
+                await anyio.sleep(0.1)
+            tg.cancel_scope.cancel()
+        await driver.aclose()
+    [(seq, chunk)] = reports
+    assert seq == 2 and chunk.token_ids == (4,)
+    assert [b["rid"] for b in server.bodies][:1] == sorted(server.aborted)
+    counters = driver.counters()
+    assert counters["num_superseded_chunks"] == counters["num_stale_chunks"] == 1
+    assert counters["num_lost_chunks"] == 0
