@@ -16,9 +16,8 @@ logprob count that differs from the token count).
 A chunk that ends in "abort" (its engine stopped or failed it, not the request) or whose
 result is overdue (lost on the wire) goes back to waiting from its committed progress, its
 tokens dropped; a generator failing chunks in a row is lost (`FaultBook`); a sample whose
-chunks failed `max_chunk_faults` times in a row ends in "error". Any other handler failure during a
-rollout fails the rollout (`RolloutFailed` to the driver) instead of leaving it running
-forever.
+chunks failed `max_chunk_faults` times in a row ends in "error". Any other handler failure
+during a rollout fails the rollout (`RolloutFailed`) rather than leave it running forever.
 
 Direct dispatch (Earl): a rollout announced with `StreamToRanks` (a call, before its
 requests arrive) streams each sample, as it finishes, scored, to a trainer rank
@@ -111,10 +110,7 @@ class SchedulerActor(Actor):
         # `GroupsOpened` before the splitter's `RequestsAdded` gets here): rollout -> group
         self.early_estimates: dict[str, dict[str, int]] = {}
         self.streams: dict[str, StreamToRanks] = {}  # announced, not yet started: rollout id
-        o = self.opts
-        self.faults = FaultBook(
-            o.chunk_deadline_floor_s, o.chunk_deadline_slack, o.max_instance_faults
-        )
+        self.faults = FaultBook.of(self.opts)
 
     async def on_peers_changed(self, role: str, count: int) -> None:
         """New generators (a layout switch, between rollouts): a fresh generator set."""

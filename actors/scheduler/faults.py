@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from actors.scheduler.options import SchedulerOptions
+
 
 @dataclass
 class FaultBook:
@@ -25,6 +27,10 @@ class FaultBook:
     # the running rollout's chunks (request, seq) -> (instance, when the result is overdue)
     deadlines: dict[tuple[str, int], tuple[int, float]] = field(default_factory=dict)
     num_failed_chunks: int = 0
+
+    @classmethod
+    def of(cls, opts: SchedulerOptions) -> FaultBook:
+        return cls(opts.chunk_deadline_floor_s, opts.chunk_deadline_slack, opts.max_instance_faults)
 
     def reset(self) -> None:
         """A fresh set of generators."""
