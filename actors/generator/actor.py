@@ -51,7 +51,10 @@ class GeneratorActor(Actor):
         super().__init__(ctx)
         self.opts: GeneratorOptions = ctx.options or GeneratorOptions()
         self.driver: EngineDriver | None = None  # set when the engine is built (`on_start`)
-        self.active: dict[str, ChunkAssigned] = {}  # chunks taken, not yet reported
+        # chunks taken, not yet reported: one per request (a newer chunk of the same request,
+        # sent after the scheduler gave up on this generator and took it back, replaces an
+        # older one, whose engine request is aborted and whose result is dropped)
+        self.active: dict[str, ChunkAssigned] = {}
         # when a chunk started (for the built-in engine: when the engine step that produced
         # its first token began; time queued or prefilling before that is queueing delay)
         self.started: dict[str, float] = {}
@@ -124,8 +127,8 @@ class GeneratorActor(Actor):
             raise RuntimeError("engine not started")
         return self.driver
 
-    async def _report(self, chunk: ChunkResult) -> None:
-        msg = self.active.pop(chunk.request_id)
+    async def _report(self, msg: ChunkAssigned, chunk: ChunkResult) -> None:
+        """Send chunk `msg`'s result (the driver took it out of `active`)."""
         end = time.time()
         self.num_chunks += 1
         spec = self._driver().chunk_ended(chunk)

@@ -10,7 +10,9 @@ drops them, and they are re-sent later), decoding goes on with what the replicas
 this generator's own copy of its requests (see `DraftClient`).
 
 A chunk that ends sends its last tokens at once (`push_ended`, one-way), before its result
-goes to the scheduler: the scheduler closes a group as soon as its last sample is done, and
+goes to the scheduler (when the store's queue is full they go first with the next sync:
+their request no longer runs here, so they cannot be re-read from it): the scheduler
+closes a group as soon as its last sample is done, and
 with `keep_history` the store keeps what it holds of the group then as the next rollout's
 drafts. Left to the next sync (or to a slow-paced one, up to 10 intervals later) they came
 after the close, and a short rollout's history lacked its ends or was empty.
@@ -28,10 +30,11 @@ from actors.base import Mailbox
 from actors.drafts.client import DraftClient
 from actors.generator.speculator import Speculator
 from transport.errors import TransportError
-from transport.messages import DraftDeltas, TokensAppended
+from transport.messages import DraftDeltas, TokenAppend, TokensAppended
 
 REPULL_S = 0.01  # how soon a pull that named groups the store had not opened is repeated
 MAX_REPULLS = 50  # in a row (0.5 s), then the usual pace
+MAX_UNSENT_ENDED = 4096  # ended chunks' appends kept for a store whose queue is full
 
 
 class DraftSync:
@@ -49,6 +52,7 @@ class DraftSync:
         self.num_dropped_appends = 0
         self._wake = anyio.Event()
         self.unopened: tuple[str, ...] = ()  # the last pull's groups the store had not opened
+        self.unsent_ended: list[TokenAppend] = []  # ended chunks' appends a full queue refused
 
     async def run(self) -> None:
         """Push and pull forever (cancelled with the actor); never blocks decoding."""
@@ -92,7 +96,11 @@ class DraftSync:
             self.client.end(request_id)
         appends = self.client.take_ended()
         if appends and not self.mailbox.offer("drafts", 0, TokensAppended(appends=appends)):
-            self.num_dropped_appends += 1  # lost, as a dropped append of an ended chunk was
+            # the store's queue is full: their request no longer runs here, so `rewind`
+            # cannot bring them back; they are kept and go first with the next sync
+            self.unsent_ended.extend(appends)
+            self.num_dropped_appends += 1
+            del self.unsent_ended[:-MAX_UNSENT_ENDED]  # a store gone for good: bounded
 
     def wake(self) -> None:
         """A new group started here: push and pull now (called on the actor's event loop)."""
@@ -100,9 +108,13 @@ class DraftSync:
 
     async def sync_once(self, pull: bool) -> None:
         cfg = self.spec.config
+        ended, self.unsent_ended = self.unsent_ended, []
         appends = self.client.take_appends()
         request = self.client.sync_message() if pull else None
         try:
+            if ended and not self.mailbox.offer("drafts", 0, TokensAppended(appends=tuple(ended))):
+                self.unsent_ended = ended + self.unsent_ended  # still full: next time again
+                self.num_dropped_appends += 1
             if appends and not self.mailbox.offer("drafts", 0, TokensAppended(appends=appends)):
                 self.client.rewind(appends)  # the store's queue is full: they go next time
                 self.num_dropped_appends += 1

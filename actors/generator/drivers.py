@@ -14,10 +14,18 @@ when its engine is built (`make_driver`), and reports each chunk the driver fini
   (so a lost server fails the scheduler's generator watch and its chunks are re-queued; a
   chunk lost with its server is not reported), weights are swapped once no chunk is in
   flight, and a background task probes the server's health.
+
+One chunk per request at a time (`active`, by request id, holds the chunk's sequence): a
+chunk of a request that still has an older chunk here (the scheduler declared this
+generator lost, for example while it was frozen, took the request back, then gave it here
+again) aborts the older chunk's engine request and replaces it; the older chunk's result is
+dropped (the scheduler would refuse it as stale), and an older chunk that arrives after a
+newer one is dropped unrun.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -36,14 +44,20 @@ from actors.generator.engine import (
     StepResult,
     error_result,
 )
-from actors.generator.errors import EngineError, ServerLostError, WeightLoadError
+from actors.generator.errors import (
+    EngineError,
+    RequestNotInEngineError,
+    ServerLostError,
+    WeightLoadError,
+)
 from actors.generator.options import GeneratorOptions
 from actors.generator.speculator import Speculator
 from actors.generator.step_log import StepLog
 from actors.generator.wire import chunk_request, load_info
 from transport.messages import ChunkAssigned, EndRollout, LoadInfo, SpecStats
 
-Report = Callable[[ChunkResult], Awaitable[None]]  # the actor sends a finished chunk on
+# the actor sends a finished chunk on (the driver took the chunk out of `active`)
+Report = Callable[[ChunkAssigned, ChunkResult], Awaitable[None]]
 StartSoon = Callable[..., None]  # the actor's `start_soon`: a task that lives with it
 Weights = dict[str, torch.Tensor]
 
@@ -159,6 +173,8 @@ class LocalDriver:
         self.sync: DraftSync | None = None
         self._step_span = (0.0, 0.0, 0.0)
         self._idle_s = 0.0  # waited for work since the last step (for the step log)
+        self.num_superseded = 0  # older chunks aborted for a newer one of their request
+        self.num_stale_chunks = 0  # chunks (or results) dropped as older than the one here
 
     async def start(self) -> None:
         engine, cfg = self.engine, self.opts.spec
@@ -215,6 +231,8 @@ class LocalDriver:
             out.update({f"spec_{k}": v for k, v in self.spec.totals.items()})
         if self.sync is not None:
             out["num_store_failures"] = self.sync.num_store_failures
+        out["num_superseded_chunks"] = self.num_superseded
+        out["num_stale_chunks"] = self.num_stale_chunks
         return out
 
     def chunk_ended(self, chunk: ChunkResult) -> SpecStats:
@@ -246,7 +264,7 @@ class LocalDriver:
                 if self.sync is not None and result.finished:  # the store first (history)
                     self.sync.push_ended([c.request_id for c in result.finished])
                 for chunk in result.finished:
-                    await self.report(chunk)
+                    await self._report(chunk)
                 await anyio.lowlevel.checkpoint()
             else:
                 idle_from = time.time()
@@ -274,12 +292,14 @@ class LocalDriver:
                 if self.spec is not None:
                     self.spec.forget(msg.request_ids)
                 continue
+            if not self._supersede(engine, msg):
+                continue
             self.active[msg.request_id] = msg
             try:  # the engine checks the request first (token ids, context, sampling)
                 engine.add(chunk_request(msg))
             except EngineError as exc:
                 self.log.warning("chunk_refused", request=msg.request_id, error=str(exc))
-                await self.report(error_result(msg.request_id, exc, engine.weight_version))
+                await self._report(error_result(msg.request_id, exc, engine.weight_version))
                 continue
             self.parked.discard(msg.request_id)
             if self.spec is not None:
@@ -293,6 +313,36 @@ class LocalDriver:
                 )
                 if is_new_group and self.sync is not None:
                     self.sync.wake()  # pull its tree now, not at the next (slow) sync
+
+    def _supersede(self, engine: Engine, msg: ChunkAssigned) -> bool:
+        """Make room for chunk `msg`: abort an older chunk of its request still in the engine
+        (its result is dropped); False when `msg` itself is older than the one here."""
+        old = self.active.get(msg.request_id)
+        if old is None:
+            return True
+        if old.rollout_id == msg.rollout_id and old.chunk_seq >= msg.chunk_seq:
+            self.num_stale_chunks += 1
+            self.log.warning("chunk_stale", request=msg.request_id, seq=msg.chunk_seq)
+            return False
+        del self.active[msg.request_id]
+        self.started.pop(msg.request_id, None)
+        with contextlib.suppress(RequestNotInEngineError):  # it ended, unreported
+            engine.abort(msg.request_id)
+        if self.spec is not None:
+            self.spec.end(msg.request_id)
+        self.num_superseded += 1
+        self.log.warning(
+            "chunk_superseded", request=msg.request_id, old=old.chunk_seq, new=msg.chunk_seq
+        )
+        return True
+
+    async def _report(self, chunk: ChunkResult) -> None:
+        msg = self.active.pop(chunk.request_id, None)
+        if msg is None:  # defensive: a result for no chunk taken here
+            self.num_stale_chunks += 1
+            self.log.warning("chunk_result_dropped", request=chunk.request_id)
+            return
+        await self.report(msg, chunk)
 
     def _swap_weights(self, engine: Engine) -> None:
         assert self.new_weights is not None
@@ -334,6 +384,9 @@ class RemoteDriver:
         self.log = log
         self.idle = anyio.Event()  # set while no chunk is in flight
         self.num_lost_chunks = 0
+        self.num_superseded = 0
+        self.num_stale_chunks = 0
+        self.running: dict[str, anyio.Event] = {}  # request id -> set when its call ended
 
     async def start(self) -> None:
         await self.engine.start()
@@ -346,10 +399,16 @@ class RemoteDriver:
         await self.engine.aclose()
 
     def assign(self, msg: ChunkAssigned) -> None:
+        old = self.active.get(msg.request_id)
+        if old is not None and old.rollout_id == msg.rollout_id and old.chunk_seq >= msg.chunk_seq:
+            self.num_stale_chunks += 1
+            self.log.warning("chunk_stale", request=msg.request_id, seq=msg.chunk_seq)
+            return
         if self.idle.is_set():
             self.idle = anyio.Event()
-        self.active[msg.request_id] = msg
-        self.start_soon(self._run, msg)
+        self.active[msg.request_id] = msg  # an older chunk's result is dropped (`_run`)
+        self.start_soon(self._run, msg, self.running.get(msg.request_id))
+        self.running[msg.request_id] = anyio.Event()
 
     def end_rollout(self, msg: EndRollout) -> None:
         pass  # the server's prefix cache holds (and evicts) what stays
@@ -367,28 +426,61 @@ class RemoteDriver:
         return load_info(instance, e.load(), e.counters(), e.weight_version)
 
     def counters(self) -> dict[str, float]:
-        return {"num_lost_chunks": self.num_lost_chunks}
+        return {
+            "num_lost_chunks": self.num_lost_chunks,
+            "num_superseded_chunks": self.num_superseded,
+            "num_stale_chunks": self.num_stale_chunks,
+        }
 
     def chunk_ended(self, chunk: ChunkResult) -> SpecStats:
         return SpecStats()  # the server's own speculation, if any, is in the chunk
 
-    async def _run(self, msg: ChunkAssigned) -> None:
+    async def _run(self, msg: ChunkAssigned, older: anyio.Event | None) -> None:
         """One chunk: one awaited call, reported unless its server was lost (then the
-        scheduler re-queues it when `GetLoad` fails)."""
-        self.started[msg.request_id] = time.time()
+        scheduler re-queues it when `GetLoad` fails) or a newer chunk of its request
+        replaced it. `older`: the end of an older chunk of the request still in flight,
+        aborted first (the server holds one call per request)."""
+        rid = msg.request_id
+        done = self.running[rid]
+        try:
+            if older is not None and not older.is_set():
+                self.num_superseded += 1
+                self.log.warning("chunk_superseded", request=rid, new=msg.chunk_seq)
+                try:
+                    await self.engine.abort(rid)
+                except (EngineError, ServerLostError) as exc:
+                    self.log.warning("abort_failed", request=rid, error=str(exc))
+                await older.wait()
+            if self.active.get(rid) is not msg:
+                return  # replaced while it waited
+            await self._call(msg)
+        finally:
+            done.set()
+            if self.running.get(rid) is done:
+                del self.running[rid]
+            if not self.active:
+                self.idle.set()
+
+    async def _call(self, msg: ChunkAssigned) -> None:
+        rid = msg.request_id
+        self.started[rid] = time.time()
         chunk: ChunkResult | None
         try:
             chunk = await self.engine.generate(chunk_request(msg))
         except ServerLostError as exc:
             self.num_lost_chunks += 1
-            self.active.pop(msg.request_id, None)
-            self.started.pop(msg.request_id, None)
-            self.log.warning("chunk_lost", request=msg.request_id, error=str(exc))
+            self.log.warning("chunk_lost", request=rid, error=str(exc))
             chunk = None
         except EngineError as exc:
-            self.log.warning("chunk_refused", request=msg.request_id, error=str(exc))
-            chunk = error_result(msg.request_id, exc, self.engine.weight_version)
-        if chunk is not None:
-            await self.report(chunk)
-        if not self.active:
-            self.idle.set()
+            self.log.warning("chunk_refused", request=rid, error=str(exc))
+            chunk = error_result(rid, exc, self.engine.weight_version)
+        if self.active.get(rid) is not msg:  # a newer chunk of the request replaced it
+            self.num_stale_chunks += 1
+            self.started.pop(rid, None)
+            self.log.warning("chunk_result_dropped", request=rid, seq=msg.chunk_seq)
+            return
+        del self.active[rid]
+        if chunk is None:
+            self.started.pop(rid, None)
+            return
+        await self.report(msg, chunk)

@@ -16,7 +16,8 @@ Contract:
 - One chunk = at most ``max_chunk_tokens`` new tokens of one request. It ends with a
   ``ChunkResult`` whose finish reason is ``"stop"`` (EOS or a stop token), ``"length"``
   (context or the request's ``max_new_tokens`` reached), ``"chunk"`` (this chunk's budget reached,
-  the request is not finished), ``"abort"`` or ``"error"`` (with a message).
+  the request is not finished), ``"abort"`` (the engine stopped it, or failed it for a
+  reason of its own: the scheduler re-queues it) or ``"error"`` (the request is bad).
 - Bad input raises an ``EngineError`` subclass (a ``ValueError``) before any state changes;
   the engine keeps serving. ``error_result`` turns one into a ``ChunkResult``.
 - Every output carries the weight version that produced it.
@@ -29,7 +30,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
-from actors.generator.errors import InvalidRequestError
+from actors.generator.errors import (
+    ContextOverflowError,
+    DraftError,
+    InvalidRequestError,
+    TokenOutOfVocabError,
+)
 
 FinishReason = Literal["stop", "length", "chunk", "abort", "error"]
 
@@ -170,10 +176,25 @@ class EngineCounters:
     kv_tokens_peak: int = 0
 
 
+# what the request itself did wrong: it would fail on any engine, so its sample ends in
+# "error"; any other failure (another weight version, a server's bad answer, a duplicate)
+# is the engine's, and the chunk is reported as "abort" for the scheduler to re-queue
+REQUEST_FAULTS: tuple[type[Exception], ...] = (
+    InvalidRequestError,
+    ContextOverflowError,
+    TokenOutOfVocabError,
+    DraftError,
+)
+
+
 def error_result(request_id: str, exc: BaseException, weight_version: int) -> ChunkResult:
-    """A ``ChunkResult`` reporting ``exc`` for a request the engine refused."""
+    """A ``ChunkResult`` reporting ``exc`` for a chunk the engine could not run: finish
+    reason ``"error"`` when the request is at fault (``REQUEST_FAULTS``: its sample ends),
+    ``"abort"`` when the engine is (the scheduler re-queues the chunk from its committed
+    progress and counts the fault against this instance), with the message either way."""
     message = f"{type(exc).__name__}: {exc}"
-    return ChunkResult(request_id, (), (), "error", weight_version, error=message)
+    reason: FinishReason = "error" if isinstance(exc, REQUEST_FAULTS) else "abort"
+    return ChunkResult(request_id, (), (), reason, weight_version, error=message)
 
 
 @runtime_checkable

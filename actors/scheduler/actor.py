@@ -8,28 +8,16 @@ topology has one), `EndRollout` to generators and `RolloutFinished` (or `Rollout
 the driver. Decisions live in the pure `SchedulerCore` and its policy;
 this shell keeps each request's tokens, logprobs and timing, and the rollout record.
 
-A chunk result for an unknown request, or a stale/duplicate one (wrong chunk sequence), is
-logged, counted and dropped without touching any sample. A chunk that ends in an engine
-error finishes its sample with finish reason "error", keeping the tokens already made; so
-does a result refused at the boundary (more tokens than the chunk allowed, a logprob count
-that differs from the token count). Any other handler failure during a rollout fails the
-rollout (`RolloutFailed` to the driver) instead of leaving it running forever.
-
-Direct dispatch (Earl): a rollout announced with `StreamToRanks` (a call, before its
-requests arrive) streams each sample, as it finishes, scored, to a trainer rank
-(`SampleStream`); its `RolloutFinished` then carries no tokens, only `StreamSummary`. A sample
-that cannot reach its rank fails the rollout with a reason naming the rank.
-
-No stall on a dead peer: the estimator and the draft store are best-effort peers (their
-messages are offered and dropped when their queue is full); a chunk that cannot reach its
-generator (`PeerGone`) marks the generator lost and re-queues its work.
-
-Weights: a generator that missed a publication (or comes back from the dead with other
-weights) gets no work until it holds the current version. During a rollout the lost
-generators are probed as often as the busy ones; one that answers is back at once if it
-holds the current weights, and otherwise the trainer (when the topology has one) is asked
-to push them to it (`RepublishWeights`), after which it is back within the same rollout.
-Without a trainer (weights published by the driver) it waits for the next publication.
+Faults (docs/faults-security.md tells each case): a stale or unknown chunk result is
+dropped; "error" (the request is bad, or a result refused at the boundary) ends its sample;
+"abort" or an overdue result requeues the chunk from its committed progress; a generator
+failing chunks in a row, or unreachable (`PeerGone`), is lost and its work requeued
+(`FaultBook`); the estimator and draft store are best-effort peers, never waited on; any
+other handler failure fails the rollout (`RolloutFailed`). Direct dispatch (Earl): a rollout
+announced with `StreamToRanks` streams each finished sample, scored, to a trainer rank
+(`SampleStream`). Weights: a generator without the current version gets no work; a lost one
+that answers again is back at once with the current weights, else the trainer is asked to
+push them to it (`RepublishWeights`), or it waits for the next publication.
 """
 
 from __future__ import annotations
@@ -38,13 +26,14 @@ import dataclasses
 import importlib
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 import anyio
 
 from actors.base import Actor, ActorContext, Handler
 from actors.dispatcher.stream import SampleStream, StreamError, load_scorer
+from actors.scheduler.active import ActiveRollout
 from actors.scheduler.core import SchedulerCore, UnknownRequestError
+from actors.scheduler.faults import FaultBook
 from actors.scheduler.options import SchedulerOptions
 from actors.scheduler.policy import make_policy
 from actors.scheduler.runbook import RunBook
@@ -74,17 +63,6 @@ from transport.messages import (
 )
 
 
-@dataclass
-class ActiveRollout:
-    rollout_id: str
-    core: SchedulerCore
-    book: RunBook
-    policy: str
-    dispatched: dict[tuple[str, int], float] = field(default_factory=dict)
-    unfinished: dict[str, int] = field(default_factory=dict)  # group -> samples left
-    stream: SampleStream | None = None  # direct dispatch to the trainer ranks
-
-
 class SchedulerActor(Actor):
     role = "scheduler"
     Options = SchedulerOptions
@@ -106,6 +84,7 @@ class SchedulerActor(Actor):
         self.early_estimates: dict[str, dict[str, int]] = {}
         self.streams: dict[str, StreamToRanks] = {}  # announced, not yet started: rollout id
         self.cancelled = ""  # a rollout cancelled before its requests arrived
+        self.faults = FaultBook.of(self.opts)
 
     async def on_peers_changed(self, role: str, count: int) -> None:
         """New generators (a layout switch, between rollouts): a fresh generator set."""
@@ -115,6 +94,7 @@ class SchedulerActor(Actor):
             raise RuntimeError("generators cannot change during a rollout")
         self.num_generators = count
         self.last_loads, self.down, self.rejoining = {}, set(), set()
+        self.faults.reset()
 
     def handlers(self) -> Mapping[type[Message], Handler]:
         return {
@@ -135,6 +115,7 @@ class SchedulerActor(Actor):
                 out[k] = out.get(k, 0.0) + v
         out["unknown_results"] = self.num_unknown_results
         out["refused_results"] = self.num_refused_results
+        out["failed_chunks"] = self.faults.num_failed_chunks
         out["generators_lost"] = len(self.down)
         return out
 
@@ -266,6 +247,7 @@ class SchedulerActor(Actor):
         start_loads = [await self._load_or_last(i) for i in range(self.num_generators)]
         book = RunBook(msg.rollout_id, name, msg.requests, start_loads, start)
         self.current = ActiveRollout(msg.rollout_id, core, book, name)
+        self.faults.deadlines.clear()
         self.current.stream = self._open_stream(msg.rollout_id)
         for r in msg.requests:
             self.current.unfinished[r.group_id] = self.current.unfinished.get(r.group_id, 0) + 1
@@ -329,6 +311,19 @@ class SchedulerActor(Actor):
             msg = dataclasses.replace(
                 msg, token_ids=(), logprobs=(), finish_reason="error", error=error
             )
+        self.faults.deadlines.pop((msg.request_id, msg.chunk_seq), None)
+        if msg.finish_reason == "abort":  # not the request's doing: it goes again
+            why = msg.error or "aborted by its engine"
+            num_faults = run.faults.get(msg.request_id, 0) + 1
+            if num_faults < self.opts.max_chunk_faults:
+                key = (msg.request_id, msg.instance, msg.chunk_seq)
+                if not await self._chunk_failed(run, key, why, msg.load):
+                    self.log.warning("chunk_result_stale", request=msg.request_id)
+                return
+            error = f"its chunks failed {num_faults} times, the last: {why}"
+            msg = dataclasses.replace(
+                msg, token_ids=(), logprobs=(), finish_reason="error", error=error
+            )
         finished = msg.finish_reason != "chunk"
         try:
             verdict = run.core.on_chunk_finished(
@@ -345,6 +340,9 @@ class SchedulerActor(Actor):
         self.last_loads[msg.instance] = msg.load
         dispatched = run.dispatched.pop((msg.request_id, msg.chunk_seq), 0.0)
         run.book.add_chunk(msg, dispatched)
+        if msg.finish_reason != "error":
+            self.faults.served(msg.instance, now - dispatched, len(msg.token_ids))
+            run.faults.pop(msg.request_id, None)  # its failures in a row
         if msg.error:
             self.log.warning("chunk_failed", request=msg.request_id, error=msg.error)
         if finished:
@@ -391,6 +389,7 @@ class SchedulerActor(Actor):
             spec = run.book.specs[d.request_id]
             generated = tuple(run.book.tokens[d.request_id])
             run.dispatched[(d.request_id, d.chunk_seq)] = now
+            self.faults.dispatched(d.request_id, d.chunk_seq, d.instance, d.max_chunk_tokens, now)
             msg = chunk_assigned(run.rollout_id, d, spec, generated, self.weight_version)
             if d.instance in lost:
                 continue  # re-queued below with the rest of its chunks
@@ -403,6 +402,29 @@ class SchedulerActor(Actor):
             self.down.add(i)
             if self.current is run:
                 await self._lose(run, i, "chunk undeliverable")
+
+    async def _chunk_failed(
+        self, run: ActiveRollout, key: tuple[str, int, int], why: str, load: LoadInfo | None
+    ) -> bool:
+        """Chunk `key` (request, instance, seq) will not finish (aborted, overdue): re-queue
+        it from its committed progress; its generator is lost after `max_instance_faults`
+        failures in a row. False when that chunk is not the one running."""
+        rid, instance, seq = key
+        if run.core.requeue_chunk(rid, instance, seq, time.time() - run.book.start) == "stale":
+            return False
+        run.dispatched.pop((rid, seq), None)
+        if load is not None:
+            run.core.update_load(instance_load(load))
+            self.last_loads[instance] = load
+        run.faults[rid] = run.faults.get(rid, 0) + 1
+        self.log.warning("chunk_requeued", request=rid, instance=instance, seq=seq, error=why)
+        n = self.faults.failed(instance)
+        if n and instance not in self.down:
+            self.down.add(instance)
+            await self._lose(run, instance, f"{n} chunks failed in a row, the last: {why}")
+        else:
+            await self._send_chunks()
+        return True
 
     async def _lose(self, run: ActiveRollout, instance: int, why: str) -> None:
         """Generator `instance` is lost: its chunks go back to waiting and run elsewhere
@@ -423,6 +445,7 @@ class SchedulerActor(Actor):
                 await self._abandon(run, f"direct dispatch failed: {exc}")
                 return
         self.current = None
+        self.faults.faulty.clear()  # the next rollout tries them again
         for k, v in run.core.counters.items():
             self.totals[k] = self.totals.get(k, 0.0) + v
         end_loads = [await self._load_or_last(i) for i in range(self.num_generators)]
@@ -460,6 +483,7 @@ class SchedulerActor(Actor):
     async def _abandon(self, run: ActiveRollout, reason: str) -> None:
         """Fail the rollout rather than wait forever: the driver gets `RolloutFailed`."""
         self.current = None
+        self.faults.faulty.clear()
         self.log.error("rollout_failed", rollout=run.rollout_id, reason=reason)
         await self.send_to("driver", 0, RolloutFailed(rollout_id=run.rollout_id, reason=reason))
 
@@ -510,6 +534,7 @@ class SchedulerActor(Actor):
     async def _rejoin(self, instance: int) -> None:
         """Bring lost generator `instance` back if it answers: with the current weights at
         once, with older ones after the trainer pushed the current ones to it."""
+        republished = False
         try:
             load = await self._load(instance, timeout=self.opts.health_timeout_s)
             if load.weight_version != self.weight_version and self.has_peer("trainer"):
@@ -521,6 +546,7 @@ class SchedulerActor(Actor):
                 )
                 ask = RepublishWeights(instance=instance)
                 await self.call("trainer", 0, ask, timeout=self.opts.republish_timeout_s)
+                republished = True
                 load = await self._load(instance, timeout=self.opts.health_timeout_s)
         except TransportError as exc:  # still lost (or the trainer could not): next probe
             self.log.info("generator_still_lost", instance=instance, error=str(exc))
@@ -529,6 +555,9 @@ class SchedulerActor(Actor):
             self.rejoining.discard(instance)
         if instance not in self.down or load.weight_version != self.weight_version:
             return  # older weights and no trainer: the next publication brings it back
+        if instance in self.faults.faulty and not republished:
+            return  # its chunks kept failing: not again in this rollout
+        self.faults.back(instance)
         self.down.discard(instance)
         self.log.warning("generator_back", instance=instance, version=load.weight_version)
         run = self.current
@@ -543,6 +572,11 @@ class SchedulerActor(Actor):
             await anyio.sleep(self.opts.health_interval_s)
             run = self.current
             if run is None:
+                continue
+            for key in self.faults.overdue(time.time() - run.book.start):  # lost results
+                if run.core.chunk_allowance(*key) is not None and self.current is run:
+                    await self._chunk_failed(run, key, "chunk result overdue", None)
+            if self.current is not run:
                 continue
             for i in self.down:
                 self._rejoin_soon(i)

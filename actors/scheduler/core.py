@@ -1,9 +1,10 @@
 """SchedulerCore: the request buffer and the dispatch decisions, synchronous and pure.
 
 Consumes: requests (``add``), generator telemetry (``update_load``), group length estimates
-(``update_estimate``), chunk results (``on_chunk_finished``) and generator failures
-(``requeue_instance``). Emits: ``Dispatch`` decisions from ``next_dispatches(now)`` -- as
-many as capacity allows, in the policy's order, each placed by ``select_instance``.
+(``update_estimate``), chunk results (``on_chunk_finished``), chunks that will not finish
+(``requeue_chunk``) and generator failures (``requeue_instance``). Emits: ``Dispatch``
+decisions from ``next_dispatches(now)`` -- as many as capacity allows, in the policy's
+order, each placed by ``select_instance``.
 
 Guarantees:
 - A request is dispatched only from the waiting buffer, so never twice at once; a result is
@@ -205,6 +206,27 @@ class SchedulerCore:
             self._to_waiting(req, now, kv_instance=None)
         else:
             self._to_waiting(req, now, kv_instance=instance)
+        return "ok"
+
+    def requeue_chunk(
+        self, request_id: str, instance: int, chunk_seq: int, now: float
+    ) -> Literal["ok", "stale"]:
+        """Chunk `chunk_seq` of `request_id` on `instance` will not finish (aborted by its
+        engine, or its result is overdue): the request goes back to waiting from its last
+        committed progress, with no KV home. "stale" when that chunk is not the one running."""
+        req = self.request(request_id)
+        flight = self._flights.get(request_id)
+        if (
+            flight is None
+            or req.status != "running"
+            or req.chunk_seq != chunk_seq
+            or req.instance != instance
+        ):
+            self.counters["stale_results"] += 1
+            return "stale"
+        self._land(request_id)
+        self._set_home(request_id, None)
+        self._to_waiting(req, now, kv_instance=None)
         return "ok"
 
     def requeue_instance(self, instance: int, now: float, *, mark_down: bool = False) -> list[str]:

@@ -31,7 +31,14 @@ class SchedulerOptions:
     growth set aside per request an instance holds when admitting another (None = a
     quarter of `chunk_size`). `scorer`: import path ("package.module:function") of a
     factory that takes a task name and returns its reward function, for rollouts streamed
-    straight to the trainer ranks (`StreamToRanks`); "" = this scheduler does not score."""
+    straight to the trainer ranks (`StreamToRanks`); "" = this scheduler does not score.
+    `chunk_deadline_floor_s`, `chunk_deadline_slack`: a chunk whose result has not come
+    `max(floor, slack * its token budget * its generator's measured seconds per token)`
+    after its dispatch is re-queued from its committed progress (a result lost on the
+    wire). `max_instance_faults`: a generator whose chunks fail this many times in a row
+    (aborted, refused for an engine fault, overdue) counts as lost for the rest of the
+    rollout unless the trainer pushes it the weights again. `max_chunk_faults`: a sample
+    whose chunks failed that often in a row ends in "error" rather than be tried again."""
 
     policy: str = "context_aware"
     chunk_size: int = 128
@@ -45,6 +52,10 @@ class SchedulerOptions:
     republish_timeout_s: float = 300.0
     growth_reserve: int | None = None
     scorer: str = ""
+    chunk_deadline_floor_s: float = 120.0
+    chunk_deadline_slack: float = 4.0
+    max_instance_faults: int = 3
+    max_chunk_faults: int = 3
 
     def __post_init__(self) -> None:
         check_choice(self, "policy", POLICY_NAMES)
@@ -57,6 +68,10 @@ class SchedulerOptions:
             "health_interval_s",
             "health_timeout_s",
             "republish_timeout_s",
+            "chunk_deadline_floor_s",
+            "chunk_deadline_slack",
+            "max_instance_faults",
+            "max_chunk_faults",
         )
         hw = self.kv_high_watermark
         check(0 < hw <= 1, "SchedulerOptions.kv_high_watermark", "in (0, 1]", hw)

@@ -2,10 +2,13 @@
 
 The control routes answer as SGLang 0.5.23 does; `/generate` answers according to `mode`:
 "ok" (a one-token greedy answer), "spec" (three tokens ending in a stop, with SGLang's
-`spec_*` statistics of a speculating server), "400" (the contract gate's error), "503", "garbage"
-(200 with a body that is not JSON), "shape" (JSON that is not a response), "hang"
-(never answers). `health_mode` "ok", "503" or "hang" does the same for
-`/health_generate`. Every `/generate` body is recorded.
+`spec_*` statistics of a speculating server), "400" (the contract gate's error), "503",
+"garbage" (200 with a body that is not JSON), "shape" (JSON that is not a response),
+"hang" (answers only when aborted, with finish reason "abort"), "null_logprob" (a good
+answer whose logprob is null). `health_mode` "ok", "503" or "hang" does the same for
+`/health_generate`. Weights load "from disk" as a version label only
+(`/update_weights_from_disk`; setting `version` back to "default" is a restart by the
+server's supervisor). Every `/generate` body is recorded.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class BadServer:
         self.mode = mode
         self.health_mode = "ok"
         self.bodies: list[dict[str, Any]] = []
+        self.aborted: set[str] = set()  # rids `/abort_request` named
         self.version = "default"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -42,6 +46,9 @@ class BadServer:
                 Route("/server_info", self.server_info, methods=["GET"]),
                 Route("/update_weight_version", self.update_version, methods=["POST"]),
                 Route("/abort_request", self.abort, methods=["POST"]),
+                Route("/pause_generation", self.ok, methods=["POST"]),
+                Route("/continue_generation", self.ok, methods=["POST"]),
+                Route("/update_weights_from_disk", self.update_weights, methods=["POST"]),
             ]
         )
         config = uvicorn.Config(
@@ -75,8 +82,12 @@ class BadServer:
             return PlainTextResponse("<html>oops</html>")
         if mode == "shape":
             return JSONResponse({"text": "x", "meta_info": {"finish_reason": "stop"}})
-        if mode == "hang":
-            await anyio.sleep(3600)
+        if mode == "hang":  # until aborted (`/abort_request`), as SGLang answers then
+            with anyio.move_on_after(3600):
+                while body["rid"] not in self.aborted:
+                    await anyio.sleep(0.01)
+            meta = {"id": body["rid"], "finish_reason": {"type": "abort", "message": "aborted"}}
+            return JSONResponse({"text": "", "output_ids": [], "meta_info": meta})
         if mode == "spec":
             return JSONResponse(self._spec_answer(body))
         token = (body["input_ids"][-1] + 1) % 7
@@ -86,7 +97,7 @@ class BadServer:
             "prompt_tokens": len(body["input_ids"]),
             "completion_tokens": 1,
             "cached_tokens": 0,
-            "output_token_logprobs": [[-0.5, token, None]],
+            "output_token_logprobs": [[None if mode == "null_logprob" else -0.5, token, None]],
             "weight_version": self.version,
         }
         return JSONResponse({"text": "", "output_ids": [token], "meta_info": meta})
@@ -133,4 +144,13 @@ class BadServer:
         return JSONResponse({"success": True, "message": "ok"})
 
     async def abort(self, request: Request) -> Response:
+        self.aborted.add(json.loads(await request.body())["rid"])
         return Response(status_code=200)
+
+    async def ok(self, request: Request) -> Response:
+        return JSONResponse({"success": True, "message": "ok"})
+
+    async def update_weights(self, request: Request) -> Response:
+        body = json.loads(await request.body())
+        self.version = body["weight_version"]
+        return JSONResponse({"success": True, "message": "ok"})

@@ -23,6 +23,7 @@ from transport.messages import (
     GroupInfo,
     GroupsClosed,
     GroupsOpened,
+    Message,
     TokenAppend,
     TokensAppended,
 )
@@ -88,3 +89,46 @@ async def test_a_group_opened_after_the_first_pull_still_gets_its_history(
                 if stats.counters["appended_tokens"] == 4 + 1:
                     break
                 await anyio.sleep(0.01)
+
+
+class FullOnce(Mailbox):
+    """The real mailbox, whose draft-store queue is full for the first offer."""
+
+    def __init__(self, inner: Mailbox) -> None:
+        self.inner = inner
+        self.num_refused = 0
+
+    def offer(self, role: str, index: int, msg: Message) -> bool:
+        if not self.num_refused:
+            self.num_refused += 1
+            return False
+        return self.inner.offer(role, index, msg)
+
+    async def call(self, role: str, index: int, msg: Message, timeout: float = 10.0) -> Message:
+        return await self.inner.call(role, index, msg, timeout)
+
+
+async def test_an_ended_chunks_tokens_refused_by_a_full_queue_go_with_the_next_sync(
+    tmp_path: Path,
+) -> None:
+    """Before: `push_ended` dropped them (their request no longer runs here, so nothing
+    re-read them) and the store never had the sample's end."""
+    async with launch_inprocess(store_config(tmp_path)) as cluster:
+        await cluster.send("drafts", 0, opened("r1", "r1:g0"))
+        spec = Speculator(SpecConfig(budget="fixed", sync_interval_s=10.0), lambda b, g: 1.0)
+        assert spec.client is not None
+        mailbox = FullOnce(cluster.mailbox)
+        sync = DraftSync(spec, mailbox, structlog.get_logger())
+        spec.start("b", "r1:g0", 0, PROMPT, (), is_probe=True)
+        spec.client.extend("b", [5, 6, 7])
+        sync.push_ended(["b"])  # the store's queue is full
+        assert mailbox.num_refused == 1 and sync.num_dropped_appends == 1
+        await sync.sync_once(pull=False)
+        with anyio.fail_after(5):
+            while True:
+                stats = await cluster.call("drafts", 0, GetStats())
+                assert isinstance(stats, ActorStats)
+                if stats.counters["appended_tokens"] == 3:
+                    break
+                await anyio.sleep(0.01)
+        assert sync.unsent_ended == []

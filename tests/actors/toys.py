@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 
 import torch
 
@@ -13,6 +12,7 @@ from actors.generator.engine import ChunkResult
 from actors.trainer.actor import ShardReceiver
 from actors.trainer.shard import ShardBuffer
 from transport.messages import (
+    ChunkAssigned,
     ChunkFinished,
     Message,
     ShardLayout,
@@ -59,11 +59,9 @@ class BrokenStart(Actor):
 class DuplicatingGenerator(GeneratorActor):
     """Sends every chunk result twice, and a result for a request nobody asked for."""
 
-    async def _report(self, chunk: ChunkResult) -> None:
-        msg = self.active[chunk.request_id]
-        self.active[chunk.request_id + "copy"] = msg
-        await super()._report(chunk)
-        await super()._report(replace(chunk, request_id=chunk.request_id + "copy"))
+    async def _report(self, msg: ChunkAssigned, chunk: ChunkResult) -> None:
+        await super()._report(msg, chunk)
+        await super()._report(msg, chunk)  # the same result again: a duplicate
         bogus = ChunkFinished(
             rollout_id=msg.rollout_id,
             request_id="nobody;",

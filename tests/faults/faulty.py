@@ -7,7 +7,13 @@ chunk at once with the `ChunkFinished` a `GeneratorActor` would send), and diffe
 - `SilentGenerator`: takes every chunk and never answers (a hung engine); `chunks_taken`
   waits until one has taken a chunk;
 - `WeightTakingGenerator`: also takes versioned weights (`WeightsBucket`) and reports the
-  version it holds, as a real generator does after its swap.
+  version it holds, as a real generator does after its swap;
+- `AbortingGenerator`: every second chunk ends in "abort" after half of its tokens (an
+  SGLang server aborted it: `/abort_request`, a scheduler retraction);
+- `BrokenGenerator`: generator 1 fails every chunk as one whose SGLang server came back
+  from its supervisor with default weights does (no tokens, an engine error); the others
+  serve;
+- `DroppingGenerator`: the first result of each generator is lost on the wire.
 Kinds: "tests.faults.faulty:<Name>" (actor processes start in the repository root).
 """
 
@@ -89,3 +95,39 @@ class WeightTakingGenerator(InstantGenerator):
                 f"chunk for weights {msg.weight_version}, holding {self.weight_version}"
             )
         await super().handle_chunk_assigned(msg)
+
+
+def _with(msg: ChunkFinished, **changes: object) -> ChunkFinished:
+    return ChunkFinished(**{**{f: getattr(msg, f) for f in msg.__dataclass_fields__}, **changes})
+
+
+class AbortingGenerator(InstantGenerator):
+    num_sent = 0
+
+    async def send_to(self, role: str, index: int, msg: Message) -> None:
+        if isinstance(msg, ChunkFinished):
+            self.num_sent += 1
+            if self.num_sent % 2 == 0:
+                half = len(msg.token_ids) // 2
+                tokens, logprobs = msg.token_ids[:half], msg.logprobs[:half]
+                msg = _with(msg, token_ids=tokens, logprobs=logprobs, finish_reason="abort")
+        await super().send_to(role, index, msg)
+
+
+class BrokenGenerator(InstantGenerator):
+    async def send_to(self, role: str, index: int, msg: Message) -> None:
+        if isinstance(msg, ChunkFinished) and self.ctx.index == 1:
+            error = "WeightVersionError: the server answered with ['None']"
+            msg = _with(msg, token_ids=(), logprobs=(), finish_reason="abort", error=error)
+        await super().send_to(role, index, msg)
+
+
+class DroppingGenerator(InstantGenerator):
+    num_sent = 0
+
+    async def send_to(self, role: str, index: int, msg: Message) -> None:
+        if isinstance(msg, ChunkFinished):
+            self.num_sent += 1
+            if self.num_sent == 1:
+                return  # lost on the wire
+        await super().send_to(role, index, msg)

@@ -10,7 +10,12 @@ server (503, refused or reset connection, timeout, or `/health_generate` failing
 chunks are in flight) drops the chunks it held: they are not reported, the next `check`
 (the scheduler's `GetLoad`) fails once so the scheduler re-queues them from their
 committed progress, and the calls still waiting on that server are cancelled so no late
-result arrives. The engine serves again once `/health_generate` passes.
+result arrives. The engine serves again once `/health_generate` passes, and then holds
+the weights the server reports: a server restarted by its supervisor comes back with its
+default weights, which are version 0 when nothing was published since start, and
+otherwise `UNKNOWN_VERSION` (the scheduler gives it no work until the trainer pushed it the
+current ones). A server that answers a chunk with other weights than it was given
+(restarted between two health checks) counts as lost the same way.
 
 Router: with `router_url`, `/generate` goes through SGLang's router, pinned to this
 engine's server by its index in the router's worker list (`router.py`); every control
@@ -45,7 +50,12 @@ import anyio
 import structlog
 
 from actors.generator.engine import ChunkRequest, ChunkResult, EngineCounters, EngineLoad
-from actors.generator.errors import DuplicateRequestError, ServerError, ServerLostError
+from actors.generator.errors import (
+    DuplicateRequestError,
+    ServerError,
+    ServerLostError,
+    WeightVersionError,
+)
 from actors.generator.sglang.client import SGLangClient
 from actors.generator.sglang.distributed import WeightGroup, tensor_meta
 from actors.generator.sglang.launch import ServerProcess, fill_command, free_port, server_args
@@ -70,6 +80,8 @@ from actors.generator.sglang.weights import (
 from actors.model.options import ModelOptions
 
 log = structlog.get_logger()
+
+UNKNOWN_VERSION = -1  # the weights of a server that lost ours (no version ever published)
 
 
 class SGLangEngine:
@@ -110,6 +122,7 @@ class SGLangEngine:
         self._last_weights: Path | None = None
         self._group: WeightGroup | None = None  # distributed weight sync: we are rank 0
         self._group_name = f"seer_weights_{index}"
+        self._published = False  # weights were loaded since start (not the server's own)
 
     # ---- lifecycle -----------------------------------------------------------------------
     @property
@@ -272,14 +285,20 @@ class SGLangEngine:
             del self._flights[request.request_id]
         if scope.cancelled_caught:  # `check` reported the server lost: the chunk is re-queued
             raise ServerLostError(f"chunk of {request.request_id!r} cancelled: server lost")
-        result, spec = parse_generate(
-            data,
-            request,
-            max_new_tokens=max_new,
-            context_len=self.context_len,
-            eos_token_id=self.eos_token_id,
-            weight_version=self._version,
-        )
+        try:
+            result, spec = parse_generate(
+                data,
+                request,
+                max_new_tokens=max_new,
+                context_len=self.context_len,
+                eos_token_id=self.eos_token_id,
+                weight_version=self._version,
+            )
+        except WeightVersionError as exc:  # it was given ours: it restarted with its own
+            self._drop(f"the server changed weights: {exc}")
+            raise ServerLostError(f"{self.url}: {exc}") from None
+        except ServerError as exc:
+            raise ServerError(f"{self.url}, request {request.request_id!r}: {exc}") from None
         self._count(request, result)
         return dataclasses.replace(result, num_verify_steps=spec.num_verify_steps)
 
@@ -329,7 +348,8 @@ class SGLangEngine:
         try:
             if self._lost is not None:
                 await self.client.health_generate(timeout)
-                log.warning("sglang_server_back", url=self.url)
+                await self._check_version(timeout)
+                log.warning("sglang_server_back", url=self.url, version=self._version)
                 self._lost = None
             self._sums = sum_loads(await self.client.loads(timeout))
         except (ServerLostError, ServerError) as exc:
@@ -337,6 +357,18 @@ class SGLangEngine:
             self._cancel_flights()
             raise ServerLostError(str(exc)) from None
         return self.load()
+
+    async def _check_version(self, timeout: float) -> None:
+        """A server back from the lost holds the weights it reports: a restarted one its
+        defaults (version 0 when none were published since start: relabelled)."""
+        held = await self.client.weight_version(timeout)
+        if held == self._version:
+            return
+        if held is None and not self._published and self._version == 0:
+            await self.client.set_weight_version(0)
+            return
+        log.error("sglang_server_weights_changed", url=self.url, had=self._version, has=held)
+        self._version = UNKNOWN_VERSION
 
     def _cancel_flights(self) -> None:
         """The scheduler re-queues what was in flight here: stop waiting for it."""
@@ -381,7 +413,7 @@ class SGLangEngine:
             )
             path = str(written)
         await self.client.update_weights_from_disk(path, version)
-        self._version = version
+        self._version, self._published = version, True
         log.info("sglang_weights_updated", url=self.url, version=version, path=path)
         previous, self._last_weights = self._last_weights, Path(path)
         if (
@@ -406,7 +438,7 @@ class SGLangEngine:
             group_name=self._group_name,
             timeout=self.opts.weight_sync_timeout_s,
         )
-        self._version = version
+        self._version, self._published = version, True
         log.info("sglang_weights_broadcast", url=self.url, version=version, tensors=len(tensors))
 
 

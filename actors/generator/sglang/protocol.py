@@ -6,7 +6,8 @@ schema allows (`SAMPLING_KEYS`): `max_new_tokens` clamped to the chunk budget, t
 remaining total budget and the context; `top_k` off is omitted (SGLang refuses 0); one
 `sampling_seed` per sample (a hash of the request id and the rollout seed, so siblings
 differ). A response becomes a `ChunkResult`: tokens and logprobs from
-`meta_info.output_token_logprobs`, the finish reason mapped (`length` that used the chunk's
+`meta_info.output_token_logprobs` (a null or non-finite logprob is refused: it would
+become a NaN in the trainer's loss), the finish reason mapped (`length` that used the chunk's
 budget while the request has budget and context left is `chunk`), weight versions checked
 and SGLang's own `spec_*` statistics kept. Nothing here does I/O.
 """
@@ -188,10 +189,10 @@ def _tokens(meta: Mapping[str, Any], body: Mapping[str, Any]) -> tuple[list[int]
         lp, tok = entry[0], entry[1]
         if type(tok) is not int:  # bool is not a token id either
             _expect(isinstance(tok, int) and not isinstance(tok, bool), f"token id {tok!r}")
-        if lp is not None and not isinstance(lp, int | float):
-            _expect(False, f"logprob {lp!r}")
+        if not isinstance(lp, int | float) or isinstance(lp, bool) or not math.isfinite(lp):
+            _expect(False, f"logprob {lp!r} of output token {len(tokens)} (id {tok!r})")
         tokens.append(tok)
-        logprobs.append(float(lp) if lp is not None else math.nan)
+        logprobs.append(float(lp))
     if ids is not None:
         _expect(ids == tokens, "output_ids disagree with output_token_logprobs")
     return tokens, logprobs
