@@ -4,9 +4,11 @@ A random Qwen2 model of Qwen2.5-0.5B's shape (hidden 896, 24 layers, 14 heads, 2
 heads, intermediate 4864, vocabulary 151936, tied embeddings, rope_theta 1e6; 494M
 parameters) is made with transformers' own classes and ``save_pretrained`` into a
 temporary folder in ``--dtype`` (no tokenizer: prompts are random token ids). Its weights
-are redrawn with a larger spread than transformers' initialisation (std 0.15, norms
-1 +- 0.2) so next-token distributions are peaked, as a trained model's are, rather than
-near-uniform over 151936 ids. Then, on ``--device``:
+are drawn so next-token distributions are peaked, as a trained model's are, rather than
+near-uniform over 151936 ids: the (tied) embedding with std 3/sqrt(hidden) (logits of std
+about 3), every other matrix and bias with std 0.6/sqrt(hidden) (0.02 at hidden 896, as
+transformers' own initialisation), norms 1 +- 0.2 (``INIT_SCALES``; the mean greedy
+log-probability is reported beside the agreement). Then, on ``--device``:
 
 - decode: the built-in ``TorchEngine`` over ``build_model(ModelOptions(path=folder,
   dtype, device))`` beside ``transformers``' ``generate`` on the same folder, the same
@@ -16,8 +18,8 @@ near-uniform over 151936 ids. Then, on ``--device``:
   token, prefill included, with ``torch.cuda.synchronize()`` before every clock read.
   ``same_tokens``: the share of rows whose greedy tokens equal generate's (bf16 may flip
   near-ties; float32 should give 1.0).
-- train: ``--check-batch`` greedy completions from the engine (two GRPO groups, rewards
-  1/0 alternating so nothing is skipped) and one ``GRPOTrainer`` step on the device
+- train: ``--check-batch`` greedy completions from the engine (GRPO groups of 4, rewards
+  0/1 alternating so no group is skipped) and one ``GRPOTrainer`` step on the device
   (first step: includes AdamW's state allocation and the first backward) and a second
   one, each timed with synchronisation.
 - agreement: on those completions, before the update, |engine - trainer| of each
@@ -76,6 +78,10 @@ SHAPES: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 512,
     },
 }
+# weights: std scale/sqrt(hidden) for the (tied) embedding and for every other matrix and
+# bias, chosen so greedy tokens have log-probabilities of a few nats, neither near-uniform
+# over the vocabulary nor near-certain (which would make the agreement trivially tight)
+INIT_SCALES = {"qwen2.5-0.5b": (3.0, 0.6), "tiny": (1.5, 1.0)}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -151,13 +157,16 @@ def make_folder(path: Path, shape: str, dtype: str, seed: int) -> dict[str, Any]
         pad_token_id=0,
     )
     model = transformers.Qwen2ForCausalLM(config).eval()
+    hidden = config.hidden_size
+    embed_scale, layer_scale = INIT_SCALES[shape]
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if "norm" in name:
                 param.copy_(1.0 + 0.2 * torch.randn(param.shape, generator=gen))
             else:
-                param.copy_(0.15 * torch.randn(param.shape, generator=gen))
+                std = (embed_scale if "embed" in name else layer_scale) / hidden**0.5
+                param.copy_(std * torch.randn(param.shape, generator=gen))
     params = sum(p.numel() for p in model.parameters())
     model.to(DTYPES[dtype]).save_pretrained(str(path), safe_serialization=True)
     return {"shape": shape, "params": params, **SHAPES[shape]}
@@ -242,14 +251,14 @@ def decode_rows(
         batch = prompts(batch_size, args.prompt_len, vocab, args.seed)
         ours: list[float] = []
         theirs: list[float] = []
-        same = 0.0
+        same = prefix = 0.0
         for repeat in range(args.repeats):
             seconds, tokens, _ = engine_run(model, batch, args.new_tokens, device)
             ours.append(batch_size * args.new_tokens / seconds)
             hf_seconds, hf_tokens = hf_run(hf, batch, args.new_tokens, device)
             theirs.append(batch_size * args.new_tokens / hf_seconds)
             if repeat == 0:
-                same = sum(a == b for a, b in zip(tokens, hf_tokens, strict=True)) / batch_size
+                same, prefix = token_match(tokens, hf_tokens)
         tok_s, hf_tok_s = statistics.median(ours), statistics.median(theirs)
         rows.append(
             {
@@ -258,9 +267,21 @@ def decode_rows(
                 "hf_generate_tokens_per_s": hf_tok_s,
                 "speedup_over_hf": tok_s / hf_tok_s,
                 "same_tokens": same,
+                "same_prefix": prefix,
             }
         )
     return rows
+
+
+def token_match(ours: list[list[int]], theirs: list[list[int]]) -> tuple[float, float]:
+    """The share of rows with equal tokens, and the mean share of each row's tokens before
+    its first difference."""
+    same = sum(a == b for a, b in zip(ours, theirs, strict=True)) / len(ours)
+    prefixes = []
+    for a, b in zip(ours, theirs, strict=True):
+        n = next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), len(a))
+        prefixes.append(n / len(a))
+    return same, sum(prefixes) / len(prefixes)
 
 
 # ---- one trainer step and the agreement ------------------------------------------------
@@ -275,7 +296,7 @@ def samples_of(
             completion_ids=tuple(completion),
             old_logprobs=tuple(lps),
             reward=float(i % 2),
-            group_id=f"g{int(i >= len(batch) // 2)}",
+            group_id=f"g{i // 4}",  # groups of 4 with rewards 0, 1, 0, 1
             weight_versions=(version,),
             request_id=f"r{i}",
         )
@@ -292,8 +313,14 @@ def gaps(
     logits = forward(batch.input_ids)  # (B, T, V)
     theirs = token_logprobs(logits.float(), batch.targets)  # (B, T)
     mask = batch.mask.bool()
-    diff = (theirs - engine_logprobs.to(device))[mask].abs()
-    return {"mean": float(diff.mean()), "max": float(diff.max()), "tokens": int(mask.sum())}
+    ours = engine_logprobs.to(device)[mask]
+    diff = (theirs[mask] - ours).abs()
+    return {
+        "mean": float(diff.mean()),
+        "max": float(diff.max()),
+        "tokens": int(mask.sum()),
+        "engine_logprob_mean": float(ours.mean()),  # near 0: near-certain tokens, an easy test
+    }
 
 
 def train_and_agree(
@@ -394,6 +421,7 @@ def print_report(result: dict[str, Any]) -> None:
             f"{r['hf_generate_tokens_per_s']:.0f}",
             f"{r['speedup_over_hf']:.2f}x",
             f"{r['same_tokens']:.2f}",
+            f"{r['same_prefix']:.2f}",
         )
         for r in result["decode"]
     ]
@@ -402,7 +430,7 @@ def print_report(result: dict[str, Any]) -> None:
             f"greedy decode, {result['model']['shape']} ({result['model']['params'] / 1e6:.1f}M), "
             f"{where}, {result['prompt_len']}+{result['new_tokens']} tokens, "
             f"median of {result['repeats']}",
-            ("batch", "engine tok/s", "HF generate tok/s", "engine / HF", "same tokens"),
+            ("batch", "engine tok/s", "HF generate tok/s", "engine / HF", "same rows", "same prefix"),
             decode,
         )
     )
