@@ -51,12 +51,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from actors.generator import ChunkRequest, SamplingParams  # noqa: E402
-from actors.generator.builtin import EngineConfig, TorchEngine  # noqa: E402
-from actors.model import LlamaModel, ModelOptions, build_model, check_device  # noqa: E402
-from actors.options import ConfigError  # noqa: E402
-from actors.trainer import GRPOTrainer, TrainSample, make_batch, token_logprobs  # noqa: E402
-from pipeline.records.report import results_table, write_results  # noqa: E402
+from actors.generator import ChunkRequest, SamplingParams
+from actors.generator.builtin import EngineConfig, TorchEngine
+from actors.model import LlamaModel, ModelOptions, build_model, check_device
+from actors.options import ConfigError
+from actors.trainer import GRPOTrainer, TrainSample, make_batch, token_logprobs
+from pipeline.records.report import results_table, write_results
 
 SHAPES: dict[str, dict[str, Any]] = {
     "qwen2.5-0.5b": {
@@ -430,7 +430,14 @@ def print_report(result: dict[str, Any]) -> None:
             f"greedy decode, {result['model']['shape']} ({result['model']['params'] / 1e6:.1f}M), "
             f"{where}, {result['prompt_len']}+{result['new_tokens']} tokens, "
             f"median of {result['repeats']}",
-            ("batch", "engine tok/s", "HF generate tok/s", "engine / HF", "same rows", "same prefix"),
+            (
+                "batch",
+                "engine tok/s",
+                "HF generate tok/s",
+                "engine / HF",
+                "same rows",
+                "same prefix",
+            ),
             decode,
         )
     )

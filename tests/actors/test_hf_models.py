@@ -148,9 +148,9 @@ def test_the_export_keeps_the_source_context_not_the_runs_cap(
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["max_position_embeddings"] == 256  # the source's (tests/hf_folders.py)
     save_hf_folder(model, tmp_path / "bare")  # no source: the context it was held at
-    assert json.loads((tmp_path / "bare" / "config.json").read_text())[
-        "max_position_embeddings"
-    ] == 64
+    assert (
+        json.loads((tmp_path / "bare" / "config.json").read_text())["max_position_embeddings"] == 64
+    )
 
 
 def test_a_bfloat16_folder_stays_bfloat16_and_exports_as_such(tmp_path: Path) -> None:
