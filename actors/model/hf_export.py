@@ -3,7 +3,8 @@
 ``save_hf_folder(model, folder, source=...)`` writes ``config.json`` (the architecture the
 model has: ``LlamaForCausalLM``, ``Qwen2ForCausalLM`` or ``Qwen3ForCausalLM``, labelled
 with the dtype its weights hold, so SGLang's "auto" dtype serves what was trained),
-``generation_config.json`` (the source folder's, else one with the EOS ids),
+``generation_config.json`` (the source folder's, else one with the EOS ids; the source's
+``max_position_embeddings`` too, not the smaller context a run held it at),
 ``model.safetensors`` with HF names (``model.`` + ours; ``lm_head.weight`` as is, absent
 when tied), and, when the model came from a folder (``source``), that folder's tokenizer
 files, so ``AutoTokenizer.from_pretrained(folder)`` works on the export.
@@ -45,6 +46,10 @@ def save_hf_folder(
     for key in ("bos_token_id", "pad_token_id"):
         if info is not None and info.hf.get(key) is not None:
             config[key] = info.hf[key]
+    if info is not None and info.hf.get("max_position_embeddings"):
+        # a run's max_context caps what it holds, not what the model can: keep the source's
+        source_context = int(info.hf["max_position_embeddings"])
+        config["max_position_embeddings"] = max(source_context, model.config.max_context)
     if eos_token_id is not None:
         config["eos_token_id"] = eos_token_id
     save_file(state, str(root / "model.safetensors"), metadata={"format": "pt"})

@@ -47,10 +47,11 @@ class LiveReport:
             self.warm_start(row["warm_start"])
             return
         if not self.header_done:
-            self.console.print("  ".join(f"{title:>9}" for _, title, _ in COLUMNS))
+            # one space between columns: the 12 columns fit in `seer run`'s 120-wide console
+            self.console.print(" ".join(f"{title:>9}" for _, title, _ in COLUMNS))
             self.header_done = True
         cells = [fmt.format(row[key]) if key in row else "-" for key, _, fmt in COLUMNS]
-        self.console.print("  ".join(f"{c:>9}" for c in cells))
+        self.console.print(" ".join(f"{c:>9}" for c in cells))
 
     def warm_start(self, info: dict[str, Any]) -> None:
         """One step of the warm start: ``step`` of ``steps`` done, with its ``loss``."""

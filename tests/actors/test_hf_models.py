@@ -137,6 +137,22 @@ def test_the_export_loads_in_transformers(
     assert read_folder(tmp_path / "out").eos_token_ids == read_folder(folders[arch]).eos_token_ids
 
 
+def test_the_export_keeps_the_source_context_not_the_runs_cap(
+    folders: dict[str, Path], tmp_path: Path
+) -> None:
+    """A run holds a folder at a smaller max_context; its export still says what the model
+    can (transformers and SGLang read max_position_embeddings as the model's context)."""
+    model = build_model(ModelOptions(path=str(folders["qwen2"]), max_context=64))
+    assert model.config.max_context == 64
+    save_hf_folder(model, tmp_path / "out", source=folders["qwen2"])
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["max_position_embeddings"] == 256  # the source's (tests/hf_folders.py)
+    save_hf_folder(model, tmp_path / "bare")  # no source: the context it was held at
+    assert (
+        json.loads((tmp_path / "bare" / "config.json").read_text())["max_position_embeddings"] == 64
+    )
+
+
 def test_a_bfloat16_folder_stays_bfloat16_and_exports_as_such(tmp_path: Path) -> None:
     folder = make_hf_folder(tmp_path / "bf16", "qwen3", dtype=torch.bfloat16, tokenizer=False)
     assert read_folder(folder).dtype == "bfloat16"

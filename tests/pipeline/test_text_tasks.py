@@ -243,6 +243,12 @@ def test_the_example_toml_loads_as_a_run_config() -> None:
     cfg = build_options(RunConfig, tomllib.loads(path.read_text()), str(path))
     assert cfg.task == "examples.custom_task:make_task" and cfg.warm_start_steps == 0
     assert cfg.generator.backend == "sglang" and cfg.generator.model.dtype == "bfloat16"
+    assert cfg.model == "/models/Qwen2.5-0.5B-Instruct"
+    assert "{server_args}" in cfg.generator.sglang.command
+    quick = ROOT / "examples" / "quick_run.toml"  # docs/own-model-and-task.md's small run
+    small = build_options(RunConfig, tomllib.loads(quick.read_text()), str(quick))
+    assert (small.iterations, small.num_generators, small.eval_prompts) == (2, 1, 0)
+    assert small.checkpoint_every == small.iterations  # the run ends with an export
 
 
 @pytest.mark.anyio
