@@ -19,15 +19,10 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-# the routes of `seer serve` that SGLang 0.5.23 marks @auth_level(AuthLevel.ADMIN_OPTIONAL)
-ADMIN_ROUTES = frozenset(
-    {
-        "/abort_request", "/pause_generation", "/continue_generation", "/flush_cache",
-        "/update_weights_from_disk", "/update_weight_version", "/init_weights_update_group",
-        "/destroy_weights_update_group", "/begin_weight_update", "/end_weight_update",
-        "/update_weights_from_distributed",
-    }
-)  # fmt: skip
+from actors.generator.sglang.client import ADMIN_ROUTES
+
+# ADMIN_ROUTES: the routes SGLang 0.5.23 marks @auth_level(AuthLevel.ADMIN_OPTIONAL), which
+# `seer serve` serves and the SGLang backend calls (one list for both sides)
 OPEN_PREFIXES = ("/health", "/ready", "/metrics")
 
 
