@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from transport.messages.base import Array, Message, Struct
+from transport.messages.base import Array, LogProbs, Message, Struct, TokenIds
 from transport.messages.rollout import SamplingSpec
 
 
@@ -58,9 +58,9 @@ class RepublishWeights(Message):
 class TrainSampleSpec(Struct):
     """One scored sample: what the trainer needs for GRPO."""
 
-    prompt_ids: tuple[int, ...]
-    completion_ids: tuple[int, ...]
-    old_logprobs: tuple[float, ...]
+    prompt_ids: TokenIds
+    completion_ids: TokenIds
+    old_logprobs: LogProbs
     reward: float
     group_id: str
     weight_versions: tuple[int, ...]  # one per chunk; all must be the trainer's version
