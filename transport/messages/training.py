@@ -70,13 +70,26 @@ class TrainSampleSpec(Struct):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TrainSamples(Message):
+    """Driver -> trainer (call, answered with `Ack`): part of iteration `iteration`'s
+    samples, sent ahead of its `TrainStep` so that no one message carries a whole rollout
+    (`pipeline.rl.steps.send_train_step` splits by size)."""
+
+    iteration: int
+    samples: tuple[TrainSampleSpec, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TrainStep(Message):
-    """Driver -> trainer: one policy update on these samples, then publish the weights."""
+    """Driver -> trainer: one policy update on these samples, then publish the weights.
+    `num_sent`: how many samples of this iteration came before in `TrainSamples` (they
+    come first; the trainer refuses a step that does not match what it holds)."""
 
     iteration: int
     samples: tuple[TrainSampleSpec, ...]
     # the distribution the samples were drawn from: new logprobs use the same transform
     sampling: SamplingSpec = SamplingSpec()  # noqa: RUF009 (frozen: shared safely)
+    num_sent: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
