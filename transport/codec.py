@@ -33,7 +33,7 @@ import zmq
 
 from transport.errors import MessageTooLarge, ProtocolError
 from transport.messages import PROTOCOL_VERSION, REGISTRY, Message, Packed, Struct
-from transport.schema import compile_record, field_names
+from transport.schema import Unpacked, compile_record, field_names
 
 if TYPE_CHECKING:
     import torch
@@ -42,6 +42,14 @@ TENSOR_EXT: Final = 1
 PACKED_EXT: Final = 2
 _PACKED_DTYPES: Final = {"int32": np.dtype("int32"), "float32": np.dtype("float32")}
 _INT32_RANGE: Final = (-(1 << 31), (1 << 31) - 1)
+_INT: Final = frozenset([int])
+_NUMBER: Final = frozenset([int, float])
+
+
+def _names(kinds: set[type]) -> str:
+    return "/".join(sorted(k.__name__ for k in kinds))
+
+
 Frame = bytes | bytearray | memoryview | zmq.Frame
 
 _WIRE_DTYPES: Final = (
@@ -158,7 +166,7 @@ class _Encoder:
             raise TypeError(f"{where}: expected a sequence of numbers, got {type(values).__name__}")
         if len(values) == 0:
             return ()
-        arr = np.asarray(values)
+        arr = self._items(values, dtype, where)
         if arr.ndim != 1:
             raise TypeError(f"{where}: expected a flat sequence, got shape {arr.shape}")
         if dtype == "int32":
@@ -178,6 +186,20 @@ class _Encoder:
         arrays.append(arr.astype(dtype, copy=False))
         count[0] += len(arr)
         return msgpack.ExtType(PACKED_EXT, msgpack.packb([index, dtype, offset, len(arr)]))
+
+    @staticmethod
+    def _items(values: Any, dtype: str, where: str) -> np.ndarray[Any, Any]:
+        """`values` as an array; Python ints and floats checked by type first (in C)."""
+        if isinstance(values, np.ndarray):
+            return values
+        kinds = set(map(type, values))
+        if dtype == "int32":
+            if not kinds <= _INT:
+                raise TypeError(f"{where}: expected ints, got {_names(kinds - _INT)} items")
+            return np.fromiter(values, np.int64, len(values))  # 4x np.asarray's speed
+        if not kinds <= _NUMBER:
+            raise TypeError(f"{where}: expected floats, got {_names(kinds - _NUMBER)} items")
+        return np.array(values, dtype=np.float32)
 
     def finish(self) -> None:
         for index, arrays, _ in self.pools.values():
@@ -293,7 +315,7 @@ class _Decoder:
         self.used[index] = True
         return self.buffers[index]
 
-    def _packed(self, data: bytes) -> tuple[Any, ...]:
+    def _packed(self, data: bytes) -> Unpacked:
         try:
             index, dtype, offset, length = msgpack.unpackb(data, use_list=False)
         except (ValueError, TypeError, msgpack.ExtraData) as exc:
@@ -315,7 +337,7 @@ class _Decoder:
                 f"packed array [{offset}, {offset}+{length}) outside frame {index} of {items} items"
             )
         view = np.frombuffer(buf, dtype=np_dtype, count=length, offset=offset * np_dtype.itemsize)
-        return tuple(view.tolist())
+        return Unpacked(view)
 
     @staticmethod
     def _check_size(buf: memoryview, itemsize: int, shape: tuple[int, ...], index: int) -> None:

@@ -16,7 +16,7 @@ from transport.messages import (
     TrainStep,
 )
 
-MESSAGE_BYTES: Final = 64 << 20
+MESSAGE_BYTES: Final = 16 << 20
 """The packed token bytes (int32 ids, float32 logprobs) one message carries at most; a
 sample larger than that travels alone."""
 _SAMPLE_OVERHEAD: Final = 256  # a sample's header fields, roughly (ids, reward, versions)
