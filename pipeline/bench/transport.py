@@ -418,13 +418,13 @@ def run(json_path: str | None = None, quick: bool = False) -> dict[str, Any]:
             f"{ours_bw / raw_bw:.2f}",
         ),
         (
-            f"rollout {size[0]} x {size[1]:,} tokens, driver -> trainer (s)",
+            f"rollout {size[0]}x{size[1]} -> trainer (s)",
             f"{rollout['ours_s']:.3f}",
             f"{rollout['raw_s']:.3f}",
             f"{rollout['ours_s'] / rollout['raw_s']:.2f}",
         ),
         (
-            "  peak memory growth, sender / receiver (MiB)",
+            "  peak MiB, sender / receiver",
             f"{rollout['ours_sender_peak_mib']:.0f} / {rollout['ours_receiver_peak_mib']:.0f}",
             f"{rollout['raw_sender_peak_mib']:.0f} / {rollout['raw_receiver_peak_mib']:.0f}",
             "",
