@@ -131,7 +131,16 @@ def _fields(s: TrainSampleSpec) -> dict[str, object]:
 def test_a_packed_array_outside_its_frame_is_a_protocol_error() -> None:
     header, *frames = encode(_step(1))
     body = msgpack.unpackb(header, strict_map_key=True)
-    meta = msgpack.packb([1, "int32", 10, 10**6])  # past the end of the int32 frame
+    meta = msgpack.packb([0, "int32", 10, 10**6])  # past the end of the int32 frame
     body[2]["samples"][0]["completion_ids"] = msgpack.ExtType(PACKED_EXT, meta)
     with pytest.raises(ProtocolError, match="outside frame"):
+        decode([msgpack.packb(body), *frames])
+
+
+def test_logprobs_packed_into_a_token_field_are_a_protocol_error() -> None:
+    header, *frames = encode(_step(1))
+    body = msgpack.unpackb(header, strict_map_key=True)
+    meta = msgpack.packb([1, "float32", 0, 4])  # frame 1 (after the header: 2) holds logprobs
+    body[2]["samples"][0]["completion_ids"] = msgpack.ExtType(PACKED_EXT, meta)
+    with pytest.raises(ProtocolError, match="completion_ids: expected ints"):
         decode([msgpack.packb(body), *frames])
