@@ -89,9 +89,11 @@ class TransportConfig:
     `hosts`, and of the driver. `base_port`: tcp ports are `base_port` + 0 (control), + 1
     (driver), + 2 ... (each actor in topology order). `hwm`: ZeroMQ's high-water mark, messages
     queued per socket before a send waits. `max_header_mib`: the largest message header a
-    receiver accepts (larger is refused with a `ProtocolError`). `max_frame_mib`: the largest
-    tensor frame a receiver accepts. `curve_keys`: a folder made by `seer keys`, required for
-    tcp. `allow_insecure_tcp`: tcp without CURVE, only on a trusted network."""
+    receiver accepts (larger is refused with a `ProtocolError`; token ids and logprobs travel
+    in frames, not the header). `max_frame_mib`: the largest tensor frame a receiver accepts.
+    A sender refuses to encode a message over either (`MessageTooLarge`). `curve_keys`: a
+    folder made by `seer keys`, required for tcp. `allow_insecure_tcp`: tcp without CURVE,
+    only on a trusted network."""
 
     scheme: Literal["ipc", "tcp", "inproc"] = "ipc"
     run_dir: str = ""

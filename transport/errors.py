@@ -17,6 +17,11 @@ class ProtocolError(TransportError):
     or a frame over the configured limit. The message is dropped; the receiver keeps serving."""
 
 
+class MessageTooLarge(TransportError, ValueError):
+    """A message is over the `CodecLimits` its receivers enforce: refused where it is built
+    (encoded), before it is sent; the error names the message and the limit."""
+
+
 class PeerGone(TransportError):
     """The peer of a request/reply socket disconnected while calls were in flight."""
 

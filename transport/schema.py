@@ -82,7 +82,22 @@ def _tuple_of(item: Check) -> Check:
 _INT, _FLOAT = frozenset([int]), frozenset([float])
 
 
+class Unpacked:
+    """A packed array as the codec decoded it (a view of its frame, int32 or float32): a
+    `tuple[int, ...]` / `tuple[float, ...]` field takes it as a tuple without checking its
+    items one by one (their type is the frame's dtype)."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray[Any, Any]) -> None:
+        self.array = array
+
+
 def _int_tuple(v: Any, where: str) -> Any:
+    if type(v) is Unpacked:
+        if v.array.dtype.kind != "i":
+            _fail(where, "ints", v.array)
+        return tuple(v.array.tolist())
     if type(v) is not tuple and type(v) is not list:
         _fail(where, "array", v)
     if not set(map(type, v)) <= _INT:
@@ -93,6 +108,9 @@ def _int_tuple(v: Any, where: str) -> Any:
 
 
 def _float_tuple(v: Any, where: str) -> Any:
+    if type(v) is Unpacked:
+        array = v.array if v.array.dtype.kind == "f" else v.array.astype(np.float64)
+        return tuple(array.tolist())  # ints widen to floats, as msgpack ints do
     if type(v) is not tuple and type(v) is not list:
         _fail(where, "array", v)
     if set(map(type, v)) <= _FLOAT:

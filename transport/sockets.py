@@ -185,7 +185,7 @@ class _Socket:
 
 class PushSocket(_Socket):
     async def send(self, msg: Message) -> None:
-        await self._send_frames(encode(msg))
+        await self._send_frames(encode(msg, self.options.limits))
 
 
 class PullSocket(_Socket):
@@ -196,7 +196,7 @@ class PullSocket(_Socket):
 
 class PubSocket(_Socket):
     async def send(self, msg: Message, topic: bytes = b"") -> None:
-        await self._send_frames([topic, *encode(msg)])
+        await self._send_frames([topic, *encode(msg, self.options.limits)])
 
 
 class SubSocket(_Socket):
@@ -236,7 +236,7 @@ class ReplySocket(_Socket):
 
     async def _send_reply(self, peer: bytes, corr: bytes, msg: Message) -> None:
         try:
-            await self._send_frames([peer, corr, *encode(msg)])
+            await self._send_frames([peer, corr, *encode(msg, self.options.limits)])
         except zmq.ZMQError as exc:
             if exc.errno == zmq.EHOSTUNREACH:
                 raise PeerGone(f"caller of {self.address} is gone; reply dropped") from None
@@ -277,7 +277,7 @@ class RequestSocket(_Socket):
         At the high-water mark it waits for the peer to drain, but fails fast with
         `PeerGone` when the peer has disconnected (a dead peer never drains: waiting would
         stall the sender forever) or has not drained for `send_timeout_s`."""
-        frames = [_ONE_WAY, *encode(msg)]
+        frames = [_ONE_WAY, *encode(msg, self.options.limits)]
         if self._try_send_frames(frames):
             await self._checkpoint_sometimes()
             return
@@ -297,7 +297,7 @@ class RequestSocket(_Socket):
         """One-way and best effort: queue `msg` if there is room, else drop it. Never waits
         (for peers whose loss costs quality, never progress: the draft store, the
         estimator). True when queued. A disconnected peer's queue fills and then drops."""
-        return self._try_send_frames([_ONE_WAY, *encode(msg)])
+        return self._try_send_frames([_ONE_WAY, *encode(msg, self.options.limits)])
 
     async def _checkpoint_sometimes(self) -> None:
         self._ops += 1
@@ -312,7 +312,7 @@ class RequestSocket(_Socket):
         corr = next(self._ids).to_bytes(8, "little")
         self._pending.add(corr)
         try:
-            await self._send_frames([corr, *encode(msg)])
+            await self._send_frames([corr, *encode(msg, self.options.limits)])
             with anyio.fail_after(timeout):
                 while corr not in self._replies:
                     async with self._lock:

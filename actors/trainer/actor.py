@@ -1,14 +1,15 @@
 """TrainerActor: GRPO updates on scored samples, then versioned weights to the generators.
 
-Consumes `TrainStep` (driver: the samples of one iteration with their rewards and the
-weight version they must carry), `SaveCheckpoint`, `LoadCheckpoint`. A `TrainStep` runs one
-`GRPOTrainer.step` in a worker thread (an off-policy sample refuses the whole step before
-anything changes; the caller gets the error), publishes the new weights to every
-generator in bounded tensor buckets and the version to the scheduler, and answers with a
-`TrainReport`. The model is built from the `model` option by `build_model`, exactly as
-the generators build theirs; with `kl_coef > 0` a frozen copy of it is the KL reference.
-A step that fails part-way (`TrainStepError`: a non-finite loss, a lost rank) leaves the
-weights and version of before it (see `GRPOTrainer`) and publishes nothing; without
+Consumes `TrainStep` (driver: the samples of one iteration with their rewards and the weight
+version they must carry; a large iteration's samples come ahead of it in bounded
+`TrainSamples` calls, held until its step), `SaveCheckpoint`, `LoadCheckpoint`. A
+`TrainStep` runs one `GRPOTrainer.step` in a worker thread (an off-policy sample refuses the
+whole step before anything changes; the caller gets the error), publishes the new weights to
+every generator in bounded tensor buckets and the version to the scheduler, and answers with
+a `TrainReport`. The model is built from the `model` option by `build_model`, exactly as the
+generators build theirs; with `kl_coef > 0` a frozen copy of it is the KL reference. A step
+that fails part-way (`TrainStepError`: a non-finite loss, a lost rank) leaves the weights
+and version of before it (see `GRPOTrainer`) and publishes nothing; without
 `restore_on_failure` the trainer then refuses to step, publish or save until a
 `LoadCheckpoint` restores it.
 
@@ -42,6 +43,7 @@ from actors.base import Actor, ActorContext, Handler
 from actors.errors import DispatchError
 from actors.model import build_model
 from actors.model.publish import publish_to, publish_weights
+from actors.trainer.batch import TrainSample
 from actors.trainer.checkpoint import load_checkpoint, save_checkpoint
 from actors.trainer.core import SamplingTransform
 from actors.trainer.options import TrainerOptions
@@ -61,6 +63,7 @@ from transport.messages import (
     ShardHeld,
     ShardLayout,
     TrainReport,
+    TrainSamples,
     TrainStep,
     WeightsPublished,
 )
@@ -112,10 +115,12 @@ class TrainerActor(ShardReceiver, Actor):
         self.trainer: RankedGRPOTrainer | None = None
         self.rank_env = self._rank_env()
         self.buffer = ShardBuffer()
+        self.sent: tuple[int, list[TrainSample]] = (-1, [])  # (iteration, its early samples)
 
     def handlers(self) -> Mapping[type[Message], Handler]:
         return {
             TrainStep: self.handle_train_step,
+            TrainSamples: self.handle_train_samples,
             **self.receiving_handlers(),
             ShardLayout: self.handle_shard_layout,
             SaveCheckpoint: self.handle_save_checkpoint,
@@ -179,11 +184,29 @@ class TrainerActor(ShardReceiver, Actor):
             raise RuntimeError("trainer not started")
         return self.trainer
 
+    async def handle_train_samples(self, msg: TrainSamples) -> Ack:
+        """Part of an iteration's samples, held for its `TrainStep` (a new iteration drops
+        what an earlier one left)."""
+        if self.rank_env.world_size > 1:
+            raise DispatchError("a multi-rank trainer takes its samples from the dispatcher")
+        if self.sent[0] != msg.iteration:
+            self.sent = (msg.iteration, [])
+        self.sent[1].extend(train_sample(s) for s in msg.samples)
+        return Ack()
+
     async def handle_train_step(self, msg: TrainStep) -> TrainReport:
         trainer = self._core()
         if self.rank_env.world_size > 1:
             raise DispatchError("a multi-rank trainer takes its samples from the dispatcher")
-        samples = [train_sample(s) for s in msg.samples]
+        iteration, early = self.sent
+        self.sent = (-1, [])
+        held = len(early) if iteration == msg.iteration else 0
+        if held != msg.num_sent:
+            raise DispatchError(
+                f"iteration {msg.iteration}: TrainStep counts {msg.num_sent} samples sent "
+                f"ahead in TrainSamples, the trainer holds {held}"
+            )
+        samples = [*early[:held], *(train_sample(s) for s in msg.samples)]
         sp = msg.sampling
         transform = SamplingTransform(sp.temperature, sp.top_k, sp.top_p)
         stats = await anyio.to_thread.run_sync(lambda: trainer.step(samples, sampling=transform))

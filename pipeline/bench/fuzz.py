@@ -101,7 +101,7 @@ HANDLED: Final[Mapping[str, frozenset[str]]] = {
     ),
     "generator": frozenset({"ChunkAssigned", "EndRollout", "WeightsBucket", "GetLoad"}),
     "drafts": frozenset({"GroupsOpened", "TokensAppended", "SyncDrafts", "GroupsClosed"}),
-    "trainer": frozenset({"TrainStep", "SaveCheckpoint", "LoadCheckpoint"}),
+    "trainer": frozenset({"TrainStep", "TrainSamples", "SaveCheckpoint", "LoadCheckpoint"}),
 }
 
 _SAMPLES: Final[tuple[Message, ...]] = (

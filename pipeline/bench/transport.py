@@ -8,28 +8,81 @@ receiver in separate processes over ipc, repeated and reported as medians:
 - round trip: `RequestSocket.call` to a `ReplySocket` echo against raw DEALER/ROUTER
   (p50 and p99 per call);
 - bandwidth: a 64 MiB float32 tensor as a `TensorBlob` against a raw 64 MiB frame sent
-  with `copy=False`.
+  with `copy=False`;
+- a rollout at real size: one rollout's results, 512 samples x 8,192 completion tokens
+  (and a 512-token prompt each), driver -> trainer as `pipeline.rl.steps` sends them
+  (`TrainSamples` runs, then the `TrainStep`; ids int32 and logprobs float32 in raw
+  frames), against raw pyzmq sending the same frames already encoded; time from the first
+  send until the receiver holds every sample, and peak resident memory growth of the
+  sender and of the receiver (sampled from /proc every 2 ms). `--quick`: 64 x 1,024.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import statistics
 import tempfile
+import threading
 import time
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import numpy as np
 import zmq
 
 from pipeline.records.report import results_table, write_results
+from pipeline.rl.steps import batches
 from transport.codec import encode
-from transport.messages import Ping, Pong, TensorBlob
+from transport.messages import (
+    Message,
+    Ping,
+    Pong,
+    TensorBlob,
+    TrainSamples,
+    TrainSampleSpec,
+    TrainStep,
+)
 from transport.sockets import ZmqTransport
 
 PAYLOAD = b"x" * 64
 TENSOR_MIB = 64
+ROLLOUT: Final = (512, 8192, 512)  # samples, completion tokens, prompt tokens
+ROLLOUT_QUICK: Final = (64, 1024, 128)
+_PAGE: Final = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _rss() -> int:
+    """This process's resident bytes now (0 where /proc is missing)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except OSError:
+        return 0
+
+
+class _PeakRss:
+    """Peak resident-memory growth over a block, sampled every 2 ms by a thread."""
+
+    def __enter__(self) -> _PeakRss:
+        self.base = self.peak = _rss()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.002):
+            self.peak = max(self.peak, _rss())
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss())
+
+    @property
+    def growth_mib(self) -> float:
+        return (self.peak - self.base) / (1 << 20)
 
 
 # --- receivers and servers (child processes) --------------------------------------------
@@ -60,6 +113,41 @@ def _recv_raw(address: str, n: int, out: Any) -> None:
     for _ in range(n - 1):
         pull.recv_multipart(copy=False)
     out.put(time.perf_counter() - start)
+    ctx.destroy(linger=0)
+
+
+def _recv_rollout_ours(address: str, n: int, out: Any) -> None:
+    """Receive one iteration's samples (runs, then the step), holding all, as a trainer."""
+
+    async def main() -> None:
+        t = ZmqTransport()  # the default limits
+        pull = t.pull(address, bind=True)
+        out.put("bound")
+        held: list[TrainSampleSpec] = []
+        with _PeakRss() as mem:
+            while True:
+                msg = await pull.recv()
+                assert isinstance(msg, TrainSamples | TrainStep)
+                held.extend(msg.samples)
+                if isinstance(msg, TrainStep):
+                    break
+        out.put((len(held), mem.growth_mib))
+        t.close()
+
+    anyio.run(main)
+
+
+def _recv_rollout_raw(address: str, n: int, out: Any) -> None:
+    """Receive `n` multipart messages, holding all."""
+    ctx = zmq.Context()
+    pull = ctx.socket(zmq.PULL)
+    pull.bind(address)
+    out.put("bound")
+    held = []
+    with _PeakRss() as mem:
+        for _ in range(n):
+            held.append(pull.recv_multipart(copy=False))
+    out.put((n, mem.growth_mib))
     ctx.destroy(linger=0)
 
 
@@ -181,6 +269,69 @@ def _tensor(base: str, k: int) -> tuple[float, float]:
     return mb / ours_s, mb / raw_s
 
 
+def rollout_messages(
+    num_samples: int, num_tokens: int, prompt_tokens: int
+) -> list[TrainSamples | TrainStep]:
+    """One rollout's results as the driver sends them to a single-rank trainer."""
+    rng = np.random.default_rng(0)
+    specs = []
+    for i in range(num_samples):
+        ids = rng.integers(0, 151_000, prompt_tokens + num_tokens, dtype=np.int32).tolist()
+        lps = (-rng.random(num_tokens, dtype=np.float32) * 5).tolist()
+        specs.append(
+            TrainSampleSpec(
+                prompt_ids=tuple(ids[:prompt_tokens]),
+                completion_ids=tuple(ids[prompt_tokens:]),
+                old_logprobs=tuple(lps),
+                reward=float(i % 2),
+                group_id=f"g{i // 16}",
+                weight_versions=(0,),
+            )
+        )
+    runs = list(batches(specs))
+    msgs: list[TrainSamples | TrainStep] = [TrainSamples(iteration=0, samples=r) for r in runs[:-1]]
+    msgs.append(TrainStep(iteration=0, samples=runs[-1], num_sent=num_samples - len(runs[-1])))
+    return msgs
+
+
+def _timed(drive: Any) -> Any:
+    """`drive` wrapped: returns (seconds until the peer reported, its report, our growth)."""
+
+    def run(finish: Any) -> tuple[float, Any, float]:
+        start = time.perf_counter()
+        with _PeakRss() as mem:
+            report = drive(finish)
+        return time.perf_counter() - start, report, mem.growth_mib
+
+    return run
+
+
+def _rollout(base: str, size: tuple[int, int, int]) -> dict[str, float]:
+    msgs: list[Message] = list(rollout_messages(*size))
+    ours = _with_peer(
+        _recv_rollout_ours, f"{base}-o1", len(msgs),
+        _timed(lambda f: anyio.run(_send_ours, f"{base}-o1", msgs, f)),
+    )  # fmt: skip
+    raw_frames = [encode(m) for m in msgs]  # the same bytes, already made
+    wire_bytes = sum(memoryview(f).nbytes for frames in raw_frames for f in frames)
+    raw = _with_peer(
+        _recv_rollout_raw, f"{base}-o2", len(msgs),
+        _timed(lambda f: _send_raw(f"{base}-o2", raw_frames, f)),
+    )  # fmt: skip
+    if ours[1][0] != size[0]:
+        raise RuntimeError(f"the trainer side got {ours[1][0]} of {size[0]} samples")
+    return {
+        "ours_s": ours[0],
+        "raw_s": raw[0],
+        "ours_sender_peak_mib": ours[2],
+        "ours_receiver_peak_mib": ours[1][1],
+        "raw_sender_peak_mib": raw[2],
+        "raw_receiver_peak_mib": raw[1][1],
+        "wire_mib": wire_bytes / (1 << 20),
+        "messages": float(len(msgs)),
+    }
+
+
 def _rtt(base: str, n: int) -> tuple[list[float], list[float]]:
     ours = _with_peer(
         _serve_ours, f"{base}-r1", n, lambda f: anyio.run(_calls_ours, f"{base}-r1", n)
@@ -198,8 +349,9 @@ def run(json_path: str | None = None, quick: bool = False) -> dict[str, Any]:
 
     console = Console()
     repeats, n_small, k_tensor, n_rtt = (1, 5_000, 3, 500) if quick else (3, 100_000, 10, 5_000)
+    size = ROLLOUT_QUICK if quick else ROLLOUT
     base = f"ipc://{tempfile.mkdtemp(prefix='seer-bench-')}/bench"
-    small, tensor, rtt_ours, rtt_raw = [], [], [], []
+    small, tensor, rtt_ours, rtt_raw, rollouts = [], [], [], [], []
     for i in range(repeats):
         console.print(f"[dim]round {i + 1}/{repeats}[/]")
         small.append(_small(f"{base}{i}", n_small))
@@ -207,6 +359,8 @@ def run(json_path: str | None = None, quick: bool = False) -> dict[str, Any]:
         ours, raw = _rtt(f"{base}{i}", n_rtt)
         rtt_ours += ours
         rtt_raw += raw
+        rollouts.append(_rollout(f"{base}{i}", size))
+    rollout = {k: statistics.median(r[k] for r in rollouts) for k in rollouts[0]}
     ours_rate = statistics.median(s[0] for s in small)
     raw_rate = statistics.median(s[1] for s in small)
     ours_bw = statistics.median(t[0] for t in tensor)
@@ -226,6 +380,13 @@ def run(json_path: str | None = None, quick: bool = False) -> dict[str, Any]:
             "raw_MBps": raw_bw,
             "ratio": ours_bw / raw_bw,
             "tensor_MiB": TENSOR_MIB,
+        },
+        "rollout": {
+            **rollout,
+            "ratio": rollout["ours_s"] / rollout["raw_s"],
+            "samples": size[0],
+            "tokens": size[1],
+            "prompt_tokens": size[2],
         },
         "config": {
             "repeats": repeats,
@@ -255,6 +416,18 @@ def run(json_path: str | None = None, quick: bool = False) -> dict[str, Any]:
             f"{ours_bw:,.0f}",
             f"{raw_bw:,.0f}",
             f"{ours_bw / raw_bw:.2f}",
+        ),
+        (
+            f"rollout {size[0]}x{size[1]} -> trainer (s)",
+            f"{rollout['ours_s']:.3f}",
+            f"{rollout['raw_s']:.3f}",
+            f"{rollout['ours_s'] / rollout['raw_s']:.2f}",
+        ),
+        (
+            "  peak MiB, sender / receiver",
+            f"{rollout['ours_sender_peak_mib']:.0f} / {rollout['ours_receiver_peak_mib']:.0f}",
+            f"{rollout['raw_sender_peak_mib']:.0f} / {rollout['raw_receiver_peak_mib']:.0f}",
+            "",
         ),
     ]
     title = "seer bench transport (medians; ipc; sender and receiver in 2 processes)"

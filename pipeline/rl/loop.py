@@ -17,6 +17,7 @@ from actors.model.hf_folder import read_folder
 from pipeline.rl.config import RunConfig, rl_topology, task_model_dir, warm_model
 from pipeline.rl.layout_switch import current_layout, make_selector, switch_layout
 from pipeline.rl.ranks import load_on_every_rank, stream_spec, train_across_ranks, train_streamed
+from pipeline.rl.steps import send_train_step
 from pipeline.rollout import Rollout
 from pipeline.rollout.api import Group, RolloutError, RolloutResult
 from pipeline.tasks import Task, TaskPrompt, check_prompt_lengths, get_task, stop_token_ids
@@ -28,7 +29,6 @@ from transport.messages import (
     SaveCheckpoint,
     TrainReport,
     TrainSampleSpec,
-    TrainStep,
 )
 
 Progress = Callable[[dict[str, Any]], None]
@@ -108,14 +108,7 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 )  # fmt: skip
                 report = reports[0]
             else:
-                step = TrainStep(
-                    iteration=it,
-                    samples=samples,
-                    sampling=sampling(cfg, it, task),
-                )
-                reply = await rollout.call_actor("trainer", step)
-                assert isinstance(reply, TrainReport)
-                report = reply
+                report = await send_train_step(rollout, it, samples, sampling(cfg, it, task))
             metrics = result.metrics()
             row = {
                 "iteration": it,

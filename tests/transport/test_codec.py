@@ -21,6 +21,7 @@ from transport.messages import (
     REGISTRY,
     Array,
     Message,
+    Packed,
     Ping,
     Struct,
     TensorBlob,
@@ -60,8 +61,17 @@ def _arrays() -> st.SearchStrategy[Any]:
     return st.one_of(np_arrays, np_arrays.map(torch.from_numpy))
 
 
+_PACKED_ITEMS = {
+    "int32": st.integers(-(2**31), 2**31 - 1),
+    "float32": st.floats(allow_nan=False, width=32),
+}
+
+
 def strategy_for(tp: Any) -> st.SearchStrategy[Any]:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
+    packed = [m for m in getattr(tp, "__metadata__", ()) if isinstance(m, Packed)]
+    if packed:  # token ids and logprobs travel as int32 / float32
+        return st.lists(_PACKED_ITEMS[packed[0].dtype], max_size=4).map(tuple)
     simple = {
         int: st.integers(-(2**63), 2**64 - 1),
         float: st.floats(allow_nan=False),
@@ -88,7 +98,7 @@ def strategy_for(tp: Any) -> st.SearchStrategy[Any]:
 
 
 def messages_of(cls: type) -> st.SearchStrategy[Any]:
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     return st.builds(cls, **{f.name: strategy_for(hints[f.name]) for f in dataclasses.fields(cls)})
 
 

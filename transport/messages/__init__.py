@@ -1,6 +1,6 @@
 """Every message that crosses a socket: one module per link (which actors talk).
 
-- `base`: `Message`, `Struct`, `Array`, `PROTOCOL_VERSION`
+- `base`: `Message`, `Struct`, `Array`, `TokenIds`, `LogProbs`, `PROTOCOL_VERSION`
 - `control`: launcher <-> every actor (ready, heartbeat, stop, stats, replies, ping)
 - `rollout`: driver -> splitter -> scheduler <-> estimator, and the rollout's result
 - `records`: what the scheduler recorded of a rollout (chunks, requests, counters)
@@ -17,9 +17,12 @@ from __future__ import annotations
 from transport.messages.base import (
     PROTOCOL_VERSION,
     Array,
+    LogProbs,
     M,
     Message,
+    Packed,
     Struct,
+    TokenIds,
     TorchTensor,
 )
 from transport.messages.control import (
@@ -102,6 +105,7 @@ from transport.messages.training import (
     ShardHeld,
     ShardLayout,
     TrainReport,
+    TrainSamples,
     TrainSampleSpec,
     TrainStep,
     WeightsBucket,
@@ -141,9 +145,11 @@ __all__ = [
     "LoadCheckpoint",
     "LoadInfo",
     "LoadReport",
+    "LogProbs",
     "M",
     "Message",
     "MetaValue",
+    "Packed",
     "PeerLost",
     "PeersChanged",
     "Ping",
@@ -178,10 +184,12 @@ __all__ = [
     "SyncDrafts",
     "TensorBlob",
     "TokenAppend",
+    "TokenIds",
     "TokensAppended",
     "TorchTensor",
     "TrainReport",
     "TrainSampleSpec",
+    "TrainSamples",
     "TrainStep",
     "WeightsBucket",
     "WeightsPublished",

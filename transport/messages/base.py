@@ -12,7 +12,8 @@ Every envelope carries `PROTOCOL_VERSION`.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeAlias, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Final, TypeAlias, TypeVar
 
 import numpy as np
 
@@ -40,6 +41,21 @@ else:
     Array = np.ndarray[Any, Any] | TorchTensor
 """A numpy array or CPU torch tensor; travels as a msgpack header plus one raw frame.
 (For type checkers `torch.Tensor`; at run time the `TorchTensor` marker, see above.)"""
+
+
+@dataclass(frozen=True, slots=True)
+class Packed:
+    """Marks a `tuple[int, ...]` / `tuple[float, ...]` field whose items travel packed as
+    `dtype` in a raw frame beside the header (one frame per dtype per message), not as a
+    msgpack list; the field still reads as a tuple on both sides."""
+
+    dtype: str
+
+
+TokenIds: TypeAlias = Annotated[tuple[int, ...], Packed("int32")]
+"""Token ids: a tuple of ints that travels as int32 in a raw frame."""
+LogProbs: TypeAlias = Annotated[tuple[float, ...], Packed("float32")]
+"""Log-probabilities: a tuple of floats that travels as float32 in a raw frame."""
 
 
 class Message:

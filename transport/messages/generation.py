@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from transport.messages.base import Message, Struct
+from transport.messages.base import LogProbs, Message, Struct, TokenIds
 from transport.messages.records import SpecStats
 from transport.messages.rollout import SamplingSpec
 
@@ -38,8 +38,8 @@ class ChunkAssigned(Message):
     rollout_id: str
     request_id: str
     chunk_seq: int
-    prompt_ids: tuple[int, ...]
-    generated_ids: tuple[int, ...]
+    prompt_ids: TokenIds
+    generated_ids: TokenIds
     max_chunk_tokens: int
     max_new_tokens: int
     sampling: SamplingSpec
@@ -56,8 +56,8 @@ class ChunkFinished(Message):
     request_id: str
     chunk_seq: int
     instance: int
-    token_ids: tuple[int, ...]
-    logprobs: tuple[float, ...]
+    token_ids: TokenIds
+    logprobs: LogProbs
     finish_reason: str
     weight_version: int
     start_time: float

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-from transport.messages.base import Message, Struct
+from transport.messages.base import LogProbs, Message, Struct, TokenIds
 from transport.messages.records import RolloutRecord
 
 PROMPT_TAIL_TOKENS: Final = 16
@@ -33,7 +33,7 @@ class PromptSpec(Struct):
     the engine stops at with ignore_eos; no scheduling policy but the oracle sees them."""
 
     prompt_id: str
-    token_ids: tuple[int, ...]
+    token_ids: TokenIds
     forced_lens: tuple[int, ...] = ()
 
 
@@ -46,7 +46,7 @@ class RequestSpec(Struct):
     prompt_id: str
     index: int
     is_probe: bool
-    prompt_ids: tuple[int, ...]
+    prompt_ids: TokenIds
     sampling: SamplingSpec
     forced_len: int = 0
 
@@ -72,8 +72,8 @@ class SampleResult(Struct):
     group_id: str
     prompt_id: str
     index: int
-    token_ids: tuple[int, ...]
-    logprobs: tuple[float, ...]
+    token_ids: TokenIds
+    logprobs: LogProbs
     finish_reason: str
     weight_versions: tuple[int, ...]
     start_s: float

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from transport.messages.base import Array, Message, Struct
+from transport.messages.base import Array, LogProbs, Message, Struct, TokenIds
 from transport.messages.rollout import SamplingSpec
 
 
@@ -58,9 +58,9 @@ class RepublishWeights(Message):
 class TrainSampleSpec(Struct):
     """One scored sample: what the trainer needs for GRPO."""
 
-    prompt_ids: tuple[int, ...]
-    completion_ids: tuple[int, ...]
-    old_logprobs: tuple[float, ...]
+    prompt_ids: TokenIds
+    completion_ids: TokenIds
+    old_logprobs: LogProbs
     reward: float
     group_id: str
     weight_versions: tuple[int, ...]  # one per chunk; all must be the trainer's version
@@ -70,13 +70,26 @@ class TrainSampleSpec(Struct):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TrainSamples(Message):
+    """Driver -> trainer (call, answered with `Ack`): part of iteration `iteration`'s
+    samples, sent ahead of its `TrainStep` so that no one message carries a whole rollout
+    (`pipeline.rl.steps.send_train_step` splits by size)."""
+
+    iteration: int
+    samples: tuple[TrainSampleSpec, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TrainStep(Message):
-    """Driver -> trainer: one policy update on these samples, then publish the weights."""
+    """Driver -> trainer: one policy update on these samples, then publish the weights.
+    `num_sent`: how many samples of this iteration came before in `TrainSamples` (they
+    come first; the trainer refuses a step that does not match what it holds)."""
 
     iteration: int
     samples: tuple[TrainSampleSpec, ...]
     # the distribution the samples were drawn from: new logprobs use the same transform
     sampling: SamplingSpec = SamplingSpec()  # noqa: RUF009 (frozen: shared safely)
+    num_sent: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
