@@ -107,7 +107,52 @@ class FileRegistry:
                     + (f" ({stale} are an earlier launch's, ignored)" if stale else "")
                 )
             time.sleep(0.1)
-        return AddressBook.complete(config, self.entries())
+        entries = self.entries()
+        check_reachable(entries, self.folder)
+        return AddressBook.complete(config, entries)
+
+
+def is_loopback(address: str) -> bool:
+    """Whether a `tcp://host:port` address (or a bare host) is this host's loopback."""
+    import ipaddress
+
+    host = address.removeprefix("tcp://").rpartition(":")[0] or address
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def check_reachable(entries: Mapping[str, str], where: object) -> None:
+    """`LaunchError` when some registered addresses are loopback and others are not: a
+    launch across hosts where those actors (or the driver) advertised an address no other
+    host can reach (`seer actor --host <its address>` names the right one)."""
+    loopback = sorted(k for k, address in entries.items() if is_loopback(address))
+    if loopback and len(loopback) < len(entries):
+        raise LaunchError(
+            f"registry {where}: {loopback} registered a loopback address "
+            f"({entries[loopback[0]]}) while others are on other hosts, which cannot reach "
+            "it; start each with `seer actor --host <its address>` (the driver: "
+            "`host=` / transport.host)"
+        )
+
+
+def advertised_host(host: str = "") -> str:
+    """The address this host registers: `host` if given, else the address of its interface
+    towards the rest of the network (`node_ip`); `LaunchError` when it has no route off the
+    host (no default route: `node_ip` would say 127.0.0.1, which no other host can reach)."""
+    if host:
+        if is_loopback(host):
+            log.warning("registry_loopback_host", host=host, reach="this host only")
+        return host
+    ip = node_ip()
+    if is_loopback(ip):
+        raise LaunchError(
+            "this host has no route to other hosts (no default route), so its address for "
+            "the registry is unknown: give it with `seer actor --host <this host's address>` "
+            "(the driver: `host=` of launch_static)"
+        )
+    return ip
 
 
 def rank_from_env(env: Mapping[str, str]) -> int | None:
@@ -138,8 +183,9 @@ def run_registered_actor(
 ) -> None:
     """`seer actor --registry`: bind on this host, register, wait for the book, serve."""
     config = over_tcp(config)
+    ip = advertised_host(host)  # before binding anything: a clear error, nothing to close
     transport = zmq_transport(config)
-    inbox = transport.reply(f"tcp://{host or node_ip()}:*", bind=True)
+    inbox = transport.reply(f"tcp://{ip}:*", bind=True)
     files = FileRegistry(registry, config.run_id)
     files.publish(role, index, inbox.endpoint)
     log.info("actor_registered", role=role, index=index, address=inbox.endpoint)
@@ -169,13 +215,19 @@ async def launch_static(
     if registry is None:
         cluster = Cluster(config, transport)
     else:
-        ip = host or node_ip()
-        inbox = transport.reply(f"tcp://{ip}:*", bind=True)
-        control = transport.pull(f"tcp://{ip}:*", bind=True)
-        files = FileRegistry(registry, config.run_id)
-        files.publish(DRIVER, 0, inbox.endpoint)
-        files.publish(CONTROL, 0, control.endpoint)
-        book = await anyio.to_thread.run_sync(files.wait_complete, config, config.ready_timeout_s)
+        try:  # a launch that fails here closes what it opened
+            ip = advertised_host(host)
+            inbox = transport.reply(f"tcp://{ip}:*", bind=True)
+            control = transport.pull(f"tcp://{ip}:*", bind=True)
+            files = FileRegistry(registry, config.run_id)
+            files.publish(DRIVER, 0, inbox.endpoint)
+            files.publish(CONTROL, 0, control.endpoint)
+            book = await anyio.to_thread.run_sync(
+                files.wait_complete, config, config.ready_timeout_s
+            )
+        except BaseException:
+            transport.close()
+            raise
         cluster = Cluster(config, transport, address_of=book, inbox=inbox, control=control)
     try:
         await await_ready(cluster)

@@ -303,8 +303,15 @@ def placed(config: PipelineConfig, cfg: RunConfig) -> PipelineConfig:
 
 
 def launcher_options(cfg: RunConfig) -> dict[str, Any]:
-    """What the run's launcher takes beyond the topology (static: the registry folder)."""
-    return {"registry": cfg.registry} if cfg.mode == "static" and cfg.registry else {}
+    """What the run's launcher takes beyond the topology (static: the registry folder, and
+    the driver's address: `transport.host` unless it is the default loopback, then this
+    host's outward address)."""
+    if cfg.mode != "static" or not cfg.registry:
+        return {}
+    from pipeline.launch.static import is_loopback
+
+    host = "" if is_loopback(cfg.transport.host) else cfg.transport.host
+    return {"registry": cfg.registry, "host": host}
 
 
 def free_port() -> int:
