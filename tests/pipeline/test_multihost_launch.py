@@ -6,6 +6,7 @@ register `tcp://127.0.0.1` silently, and the driver waited out its ready timeout
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -27,7 +28,7 @@ from transport.security import generate_keys
 
 
 def test_multi_host_modes_need_their_transport_settings(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="transport.curve_keys"):
+    with pytest.raises(ConfigError, match=r"transport\.curve_keys"):
         RunConfig(mode="ray")
     keys = TransportConfig(curve_keys=str(tmp_path / "keys"))
     with pytest.raises(ConfigError, match="fixed run_id"):
@@ -59,9 +60,9 @@ def test_static_topology_places_every_actor_and_meets_at_rank_zero(tmp_path: Pat
     assert config.address("trainer", 1).startswith("tcp://10.0.0.4:")
     assert config.address("scheduler").startswith("tcp://10.0.0.9:")
     assert config.topology.group("trainer").options["dist_addr"] == "10.0.0.3"
-    with pytest.raises(ConfigError, match="RunConfig.hosts names roles \\['trainers'\\]"):
+    with pytest.raises(ConfigError, match=r"RunConfig\.hosts names roles \[.trainers.\]"):
         rl_topology(RunConfig(**common, hosts={"trainers": ["h"]}), "")  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="RunConfig.hosts: .*one host per actor"):
+    with pytest.raises(ConfigError, match=r"RunConfig\.hosts: .*one host per actor"):
         rl_topology(RunConfig(**common, hosts={"generator": ["h"]}), "")  # type: ignore[arg-type]
     registry = RunConfig(**common, registry=str(tmp_path / "reg"))  # type: ignore[arg-type]
     assert launcher_options(registry) == {"registry": str(tmp_path / "reg"), "host": "10.0.0.9"}
@@ -117,3 +118,23 @@ def test_an_actor_on_a_host_without_a_route_refuses_to_register(
     assert done.returncode != 0
     assert "no route to other hosts" in done.stderr and "--host" in done.stderr
     assert FileRegistry(tmp_path / "registry", "noroute").entries() == {}  # nothing registered
+
+
+def test_the_cluster_example_writes_a_whole_rl_run(tmp_path: Path) -> None:
+    """examples/cluster/make_config.py --rl (the Kubernetes example's command): a RunConfig
+    whose topology puts each of the eight actors, trainer ranks included, on its pod."""
+    import tomllib
+
+    from pipeline.config import build_options
+
+    pods = [f"seer-{i}.seer" for i in range(8)]
+    cmd = [sys.executable, "examples/cluster/make_config.py", "--rl", "--keys", "/keys"]
+    cmd += ["--run-id", "k8s", "--hosts", ",".join(pods), "--driver-host", "seer-driver.seer"]
+    text = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=60).stdout
+    cfg = build_options(RunConfig, tomllib.loads(text), "run.toml")
+    assert (cfg.mode, cfg.run_id, cfg.trainer_ranks) == ("static", "k8s", 2)
+    config = rl_topology(dataclasses.replace(cfg, warm_start_steps=0), "")
+    placed = [config.address(r, i) for r, i in config.topology.instances()]
+    assert [a.removeprefix("tcp://").rpartition(":")[0] for a in placed] == pods
+    assert config.topology.group("trainer").options["dist_addr"] == "seer-6.seer"
+    assert config.address("driver").startswith("tcp://seer-driver.seer:")
