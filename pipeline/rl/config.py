@@ -296,9 +296,11 @@ def placed(config: PipelineConfig, cfg: RunConfig) -> PipelineConfig:
     transport = cfg.transport
     if cfg.mode in ("ray", "static") and transport.scheme != "tcp":
         transport = dataclasses.replace(transport, scheme="tcp")
-    run_id = {"run_id": cfg.run_id} if cfg.run_id else {}
     return dataclasses.replace(
-        config, topology=Topology(actors=groups), transport=transport, **run_id
+        config,
+        topology=Topology(actors=groups),
+        transport=transport,
+        run_id=cfg.run_id or config.run_id,
     )
 
 
