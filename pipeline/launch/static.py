@@ -13,7 +13,9 @@ Two ways to find each other:
   the same run id left (a Slurm requeue keeps its job id) are ignored, never used. Which
   actor a process is comes from `--role/--index`, or from its rank (`SEER_RANK`,
   `SLURM_PROCID`, `RANK`, `JOB_COMPLETION_INDEX`), the rank-th instance of
-  the topology in order.
+  the topology in order. A driver whose launch fails leaves an abort marker there, so the
+  actors still waiting stop at once; an actor refuses to register a loopback address
+  when its host has no route off it (`seer actor --host` names its address).
 
 tcp always, so CURVE keys are required (`transport.curve_keys`, a folder made by
 `seer keys` and copied to every host). The driver never starts or kills a process here: on
@@ -40,6 +42,7 @@ from transport.messages import Stop
 
 log = structlog.get_logger()
 
+ABORT = ".abort"  # the driver's marker of a failed launch, in the run's registry folder
 RANK_VARIABLES = ("SEER_RANK", "SLURM_PROCID", "RANK", "JOB_COMPLETION_INDEX")
 
 
@@ -73,6 +76,27 @@ class FileRegistry:
         tmp.write_text(f"{address}\nlaunch={self.nonce}\n")
         tmp.replace(self.folder / key(role, index))  # atomic: readers see all or nothing
 
+    def abort(self, reason: str) -> None:
+        """Tell this launch's actors still waiting for the book that the driver gave up
+        (`wait_complete` then raises at once instead of at its own timeout)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.folder / f".abort.{os.getpid()}.tmp"
+        tmp.write_text(f"launch={self.nonce}\n{reason}\n")
+        tmp.replace(self.folder / ABORT)
+
+    def aborted(self, since: float = 0.0) -> str | None:
+        """Why the driver abandoned this launch, or None (a marker of another launch, or
+        written before `since`, a `time.time()`: an earlier failed launch's is ignored)."""
+        try:
+            marker = self.folder / ABORT
+            written = marker.stat().st_mtime
+            nonce, _, reason = marker.read_text().partition("\n")
+        except FileNotFoundError:
+            return None
+        if written < since or nonce.removeprefix("launch=") != self.nonce:
+            return None
+        return reason.strip()
+
     def entries(self) -> dict[str, str]:
         """This launch's addresses by actor key (stale entries left out)."""
         return {k: address for k, (address, nonce) in self._read().items() if nonce == self.nonce}
@@ -98,8 +122,10 @@ class FileRegistry:
 
     def wait_complete(self, config: PipelineConfig, timeout: float) -> AddressBook:
         """Block until every actor, the driver and control have registered."""
-        deadline = time.monotonic() + timeout
+        deadline, began = time.monotonic() + timeout, time.time() - 1.0  # mtime granularity
         while missing := self.missing(config):
+            if (reason := self.aborted(since=began)) is not None:
+                raise LaunchError(f"registry {self.folder}: the driver gave up: {reason}")
             if time.monotonic() > deadline:
                 stale = [k for k in self.stale() if k in missing]
                 raise LaunchError(
@@ -215,18 +241,19 @@ async def launch_static(
     if registry is None:
         cluster = Cluster(config, transport)
     else:
-        try:  # a launch that fails here closes what it opened
+        files = FileRegistry(registry, config.run_id)
+        try:  # a launch that fails here closes what it opened and tells the actors
             ip = advertised_host(host)
             inbox = transport.reply(f"tcp://{ip}:*", bind=True)
             control = transport.pull(f"tcp://{ip}:*", bind=True)
-            files = FileRegistry(registry, config.run_id)
             files.publish(DRIVER, 0, inbox.endpoint)
             files.publish(CONTROL, 0, control.endpoint)
             book = await anyio.to_thread.run_sync(
                 files.wait_complete, config, config.ready_timeout_s
             )
-        except BaseException:
+        except BaseException as exc:
             transport.close()
+            files.abort(f"{type(exc).__name__}: {exc}".splitlines()[0])
             raise
         cluster = Cluster(config, transport, address_of=book, inbox=inbox, control=control)
     try:

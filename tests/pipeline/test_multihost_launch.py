@@ -138,3 +138,38 @@ def test_the_cluster_example_writes_a_whole_rl_run(tmp_path: Path) -> None:
     assert [a.removeprefix("tcp://").rpartition(":")[0] for a in placed] == pods
     assert config.topology.group("trainer").options["dist_addr"] == "seer-6.seer"
     assert config.address("driver").startswith("tcp://seer-driver.seer:")
+
+
+@pytest.mark.anyio
+async def test_a_failed_registry_launch_releases_the_waiting_actors(tmp_path: Path) -> None:
+    """The driver gives up (an actor never registered): the actors already waiting for the
+    book hear it through the registry and stop at once, not at their own ready timeout."""
+    import threading
+
+    import anyio
+
+    from pipeline.launch.static import launch_static
+
+    generate_keys(tmp_path / "keys")
+    base = rollout_config(num_generators=1, run_id="gaveup", generator={"spec": {"mode": "off"}})
+    transport = TransportConfig(scheme="tcp", curve_keys=str(tmp_path / "keys"))
+    config = dataclasses.replace(base, transport=transport, ready_timeout_s=1.0)
+    waiting = FileRegistry(tmp_path / "reg", config.run_id, nonce="")
+    waiting.publish("splitter", 0, "tcp://127.0.0.1:1")
+    outcome: list[BaseException] = []
+
+    def actor_waits() -> None:  # as `seer actor --registry` does, with a long timeout
+        try:
+            waiting.wait_complete(config, timeout=60)
+        except LaunchError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=actor_waits)
+    thread.start()
+    start = time.monotonic()
+    with pytest.raises(LaunchError, match="still missing"):
+        async with launch_static(config, registry=tmp_path / "reg", host="127.0.0.1"):
+            pass
+    await anyio.to_thread.run_sync(thread.join, 30)
+    assert time.monotonic() - start < 10
+    assert len(outcome) == 1 and "the driver gave up" in str(outcome[0])
