@@ -173,3 +173,20 @@ async def test_a_failed_registry_launch_releases_the_waiting_actors(tmp_path: Pa
     await anyio.to_thread.run_sync(thread.join, 30)
     assert time.monotonic() - start < 10
     assert len(outcome) == 1 and "the driver gave up" in str(outcome[0])
+
+
+def test_ranks_meet_at_rank_zeros_host_over_the_interface_towards_it() -> None:
+    """`dist_addr` "" (Ray, a registry): rank 0's host from its inbox address; gloo is
+    pointed at the interface that routes there (none for loopback: one host)."""
+    import socket
+
+    from actors.trainer.actor import rank0_host
+    from actors.trainer.ranks import interface_towards
+
+    assert rank0_host("tcp://10.1.2.3:4567") == "10.1.2.3"
+    assert rank0_host("tcp://[fd00::1]:4567") == "fd00::1"
+    assert rank0_host("ipc:///tmp/seer/r/trainer-0") == "127.0.0.1"
+    assert interface_towards("127.0.0.1") is None
+    names = {name for _, name in socket.if_nameindex()}
+    towards = interface_towards("10.255.255.255")  # the default route's, if there is one
+    assert towards is None or towards in names
