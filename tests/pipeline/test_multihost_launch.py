@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -190,3 +191,41 @@ def test_ranks_meet_at_rank_zeros_host_over_the_interface_towards_it() -> None:
     names = {name for _, name in socket.if_nameindex()}
     towards = interface_towards("10.255.255.255")  # the default route's, if there is one
     assert towards is None or towards in names
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(120)
+async def test_an_actor_with_other_keys_is_reported_as_an_authentication_failure(
+    tmp_path: Path,
+) -> None:
+    """An actor started with another `seer keys` folder than the driver's: the launch fails
+    within seconds saying CURVE authentication failed, not "actors not ready after N s"."""
+    import random
+
+    from pipeline.launch.static import launch_static
+
+    generate_keys(tmp_path / "cluster")
+    generate_keys(tmp_path / "other")
+    base = rollout_config(num_generators=1, run_id="keys", generator={"spec": {"mode": "off"}})
+    port = random.randrange(20000, 60000)
+
+    def with_keys(folder: str, ready_s: float) -> Any:
+        transport = TransportConfig(scheme="tcp", base_port=port, curve_keys=folder)
+        return dataclasses.replace(base, transport=transport, ready_timeout_s=ready_s)
+
+    config = with_keys(str(tmp_path / "cluster"), 90.0)
+    wrong = save_config(with_keys(str(tmp_path / "other"), 90.0), tmp_path / "wrong.toml")
+    cmd = [sys.executable, "-m", "pipeline.cli", "actor", "--config", str(wrong)]
+    cmd += ["--role", "splitter"]
+    with (tmp_path / "splitter.log").open("wb") as log:
+        actor = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        start = time.monotonic()
+        with pytest.raises(LaunchError, match="CURVE authentication failed") as got:
+            async with launch_static(config):
+                pass
+        assert time.monotonic() - start < 60  # not the ready timeout (90 s)
+        assert str(tmp_path / "cluster") in str(got.value)
+    finally:
+        actor.kill()
+        actor.wait(10)
