@@ -135,7 +135,7 @@ class TrainerActor(ShardReceiver, Actor):
             rank=self.ctx.index,
             world_size=max(1, self.num_peers("trainer")),
             local_rank=self.ctx.index,
-            master_addr=self.opts.dist_addr,
+            master_addr=self.opts.dist_addr or rank0_host(self.ctx.address_of("trainer", 0)),
             master_port=self.opts.dist_port,
         )
 
@@ -305,3 +305,13 @@ class TrainerActor(ShardReceiver, Actor):
         if self.is_publisher:
             await self._publish(trainer)
         return TrainReport(iteration=int(info["iteration"]), version=trainer.version, stats={})
+
+
+def rank0_host(address: str) -> str:
+    """The host of trainer rank 0's inbox (`tcp://host:port`), where the ranks meet when
+    `dist_addr` is "" (a launcher that learns addresses at run time: Ray, a registry);
+    127.0.0.1 for ipc or inproc addresses (one host)."""
+    if not address.startswith("tcp://"):
+        return "127.0.0.1"
+    host = address.removeprefix("tcp://").rpartition(":")[0]
+    return host.strip("[]") or "127.0.0.1"

@@ -46,7 +46,8 @@ class TrainerOptions:
     #: checkpoint is loaded)
     restore_on_failure: bool = True
     #: trainer ranks (the topology's count of "trainer" actors): the host of rank 0's
-    #: torch.distributed rendezvous (ignored under torchrun, which sets MASTER_ADDR)
+    #: torch.distributed rendezvous ("" = rank 0's host as the launcher's address book has
+    #: it; ignored under torchrun, which sets MASTER_ADDR)
     dist_addr: str = "127.0.0.1"
     #: the rendezvous port (ignored under torchrun, which sets MASTER_PORT)
     dist_port: int = 29500

@@ -91,6 +91,10 @@ def init_ranks(
     global _collectives
     if env.world_size == 1 or dist.is_initialized():
         return
+    if "GLOO_SOCKET_IFNAME" not in os.environ:  # ranks on several hosts: gloo's own pick
+        name = interface_towards(env.master_addr)  # (the hostname's) may be loopback
+        if name is not None:
+            os.environ["GLOO_SOCKET_IFNAME"] = name
     try:
         dist.init_process_group(
             backend or default_backend(),
@@ -104,6 +108,34 @@ def init_ranks(
             _collectives = dist.new_group(timeout=timeout)
     except Exception as exc:  # torch raises several unrelated types here
         raise RankError(f"rank {env.rank}/{env.world_size} could not join: {exc}") from exc
+
+
+def interface_towards(addr: str) -> str | None:
+    """The name of this host's network interface that routes to `addr` (gloo then connects
+    the ranks over it, not over whatever the hostname resolves to), or None: `addr` is
+    loopback, unroutable, or the interfaces cannot be read (not Linux)."""
+    import fcntl
+    import ipaddress
+    import socket
+    import struct
+
+    try:
+        if ipaddress.ip_address(socket.gethostbyname(addr)).is_loopback:
+            return None
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((addr, 9))  # no packet is sent: a UDP connect only picks the route
+            local = s.getsockname()[0]
+            for _, name in socket.if_nameindex():
+                request = struct.pack("256s", name[:15].encode())
+                try:
+                    got = fcntl.ioctl(s.fileno(), 0x8915, request)  # SIOCGIFADDR
+                except OSError:  # no IPv4 address on it
+                    continue
+                if socket.inet_ntoa(got[20:24]) == local:
+                    return name
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def close_ranks() -> None:

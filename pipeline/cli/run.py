@@ -61,6 +61,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         help="sglang: start SGLang's router (seer-rl[router]) in front of the --sglang-url "
         "servers; /generate goes through it, pinned to the server our scheduler chose",
     )
+    run.add_argument(
+        "--write-actors-config",
+        metavar="PATH",
+        help="mode 'static': write the topology every host's `seer actor --config PATH` runs "
+        "(after the warm start, if any, into the shared cache_dir) and exit",
+    )
     return run
 
 
@@ -79,6 +85,13 @@ def run(args: argparse.Namespace) -> int:
     configure_logging("warning")
     console = Console(width=120)
     cfg = run_config(args)
+    if args.write_actors_config:
+        from pipeline.config import save_config
+        from pipeline.rl.config import actors_config
+
+        path = save_config(actors_config(cfg), args.write_actors_config)
+        console.print(f"wrote {path}: start `seer actor --config {path}` on every host")
+        return 0
     out = cfg.out_dir
     gen = cfg.generator
     if args.sglang_router and not (gen.backend == "sglang" and gen.sglang.urls):

@@ -8,6 +8,8 @@ start or to report ready in time.
 
 from __future__ import annotations
 
+import itertools
+import os
 import subprocess
 import time
 from collections.abc import Awaitable, Callable
@@ -17,6 +19,8 @@ from typing import Any
 
 import anyio
 import structlog
+import zmq
+from zmq.utils.monitor import parse_monitor_message
 
 from actors.base import AddressBook, Mailbox
 from pipeline.config import CONTROL, DRIVER, PipelineConfig
@@ -75,6 +79,7 @@ class Cluster:
         self.inbox: ReplyChannel = inbox or transport.reply(config.address(DRIVER), bind=True)
         self.control: RecvChannel = control or transport.pull(config.address(CONTROL), bind=True)
         self.status = {key: ActorStatus(*key) for key in config.topology.instances()}
+        self.handshakes = HandshakeWatch(config, self.inbox, self.control)
         # set by a launcher that can replace one role's actors in place (`restart_role`)
         self.restarter: Callable[[PipelineConfig, str], Awaitable[None]] | None = None
 
@@ -161,9 +166,56 @@ def log_tail(path: Path | None, lines: int = 20) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
+class HandshakeWatch:
+    """Monitors on the driver's own sockets (its inbox, control) under tcp + CURVE: an
+    actor whose keys are not the cluster's fails the handshake there (the driver cannot
+    decrypt its hello: another `seer keys` folder; or the ZAP handler refuses its key),
+    which it never sees as anything but silence. `failure()` says so, with the reason."""
+
+    MASK = zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+
+    def __init__(self, config: PipelineConfig, *channels: object) -> None:
+        self.keys = config.transport.curve_keys
+        self.monitors: list[Any] = []
+        if config.transport.scheme != "tcp" or not self.keys:
+            return
+        for channel in channels:
+            sock = getattr(channel, "_async", None)  # a transport.sockets socket
+            if sock is not None and not sock.closed:
+                owner = sock.get_monitor_socket(
+                    self.MASK, addr=f"inproc://seer-handshake-{os.getpid()}-{next(_WATCH_IDS)}"
+                )
+                self.monitors.append(zmq.Socket.shadow(owner.underlying))
+
+    def failure(self) -> str:
+        """ "" while no handshake failed; else what failed, where and why."""
+        for monitor in self.monitors:
+            try:
+                event = parse_monitor_message(monitor.recv_multipart(zmq.NOBLOCK))
+            except (zmq.Again, zmq.ZMQError):
+                continue
+            where = event["endpoint"].decode(errors="replace")
+            if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                why = f"the ZAP handler refused a peer's key (status {event['value']})"
+            else:
+                why = f"a peer's CURVE handshake failed (protocol error {event['value']:#x})"
+            return (
+                f"CURVE authentication failed at the driver's {where}: {why}; that peer holds "
+                f"other keys than transport.curve_keys ({self.keys}): copy the same `seer "
+                "keys` folder to every host"
+            )
+        return ""
+
+
+_WATCH_IDS = itertools.count()
+
+
 async def await_ready(cluster: Cluster) -> None:
     deadline = time.monotonic() + cluster.config.ready_timeout_s
     while cluster.not_ready():
+        failure = cluster.handshakes.failure()
+        if failure:
+            raise LaunchError(f"actors not ready ({', '.join(cluster.not_ready())}): {failure}")
         for status in cluster.status.values():
             code = status.process.poll() if status.process else None
             if code is not None and not status.ready:

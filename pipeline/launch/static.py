@@ -13,7 +13,9 @@ Two ways to find each other:
   the same run id left (a Slurm requeue keeps its job id) are ignored, never used. Which
   actor a process is comes from `--role/--index`, or from its rank (`SEER_RANK`,
   `SLURM_PROCID`, `RANK`, `JOB_COMPLETION_INDEX`), the rank-th instance of
-  the topology in order.
+  the topology in order. A driver whose launch fails leaves an abort marker there, so the
+  actors still waiting stop at once; an actor refuses to register a loopback address
+  when its host has no route off it (`seer actor --host` names its address).
 
 tcp always, so CURVE keys are required (`transport.curve_keys`, a folder made by
 `seer keys` and copied to every host). The driver never starts or kills a process here: on
@@ -40,6 +42,7 @@ from transport.messages import Stop
 
 log = structlog.get_logger()
 
+ABORT = ".abort"  # the driver's marker of a failed launch, in the run's registry folder
 RANK_VARIABLES = ("SEER_RANK", "SLURM_PROCID", "RANK", "JOB_COMPLETION_INDEX")
 
 
@@ -73,6 +76,27 @@ class FileRegistry:
         tmp.write_text(f"{address}\nlaunch={self.nonce}\n")
         tmp.replace(self.folder / key(role, index))  # atomic: readers see all or nothing
 
+    def abort(self, reason: str) -> None:
+        """Tell this launch's actors still waiting for the book that the driver gave up
+        (`wait_complete` then raises at once instead of at its own timeout)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.folder / f".abort.{os.getpid()}.tmp"
+        tmp.write_text(f"launch={self.nonce}\n{reason}\n")
+        tmp.replace(self.folder / ABORT)
+
+    def aborted(self, since: float = 0.0) -> str | None:
+        """Why the driver abandoned this launch, or None (a marker of another launch, or
+        written before `since`, a `time.time()`: an earlier failed launch's is ignored)."""
+        try:
+            marker = self.folder / ABORT
+            written = marker.stat().st_mtime
+            nonce, _, reason = marker.read_text().partition("\n")
+        except FileNotFoundError:
+            return None
+        if written < since or nonce.removeprefix("launch=") != self.nonce:
+            return None
+        return reason.strip()
+
     def entries(self) -> dict[str, str]:
         """This launch's addresses by actor key (stale entries left out)."""
         return {k: address for k, (address, nonce) in self._read().items() if nonce == self.nonce}
@@ -98,8 +122,10 @@ class FileRegistry:
 
     def wait_complete(self, config: PipelineConfig, timeout: float) -> AddressBook:
         """Block until every actor, the driver and control have registered."""
-        deadline = time.monotonic() + timeout
+        deadline, began = time.monotonic() + timeout, time.time() - 1.0  # mtime granularity
         while missing := self.missing(config):
+            if (reason := self.aborted(since=began)) is not None:
+                raise LaunchError(f"registry {self.folder}: the driver gave up: {reason}")
             if time.monotonic() > deadline:
                 stale = [k for k in self.stale() if k in missing]
                 raise LaunchError(
@@ -107,7 +133,52 @@ class FileRegistry:
                     + (f" ({stale} are an earlier launch's, ignored)" if stale else "")
                 )
             time.sleep(0.1)
-        return AddressBook.complete(config, self.entries())
+        entries = self.entries()
+        check_reachable(entries, self.folder)
+        return AddressBook.complete(config, entries)
+
+
+def is_loopback(address: str) -> bool:
+    """Whether a `tcp://host:port` address (or a bare host) is this host's loopback."""
+    import ipaddress
+
+    host = address.removeprefix("tcp://").rpartition(":")[0] or address
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def check_reachable(entries: Mapping[str, str], where: object) -> None:
+    """`LaunchError` when some registered addresses are loopback and others are not: a
+    launch across hosts where those actors (or the driver) advertised an address no other
+    host can reach (`seer actor --host <its address>` names the right one)."""
+    loopback = sorted(k for k, address in entries.items() if is_loopback(address))
+    if loopback and len(loopback) < len(entries):
+        raise LaunchError(
+            f"registry {where}: {loopback} registered a loopback address "
+            f"({entries[loopback[0]]}) while others are on other hosts, which cannot reach "
+            "it; start each with `seer actor --host <its address>` (the driver: "
+            "`host=` / transport.host)"
+        )
+
+
+def advertised_host(host: str = "") -> str:
+    """The address this host registers: `host` if given, else the address of its interface
+    towards the rest of the network (`node_ip`); `LaunchError` when it has no route off the
+    host (no default route: `node_ip` would say 127.0.0.1, which no other host can reach)."""
+    if host:
+        if is_loopback(host):
+            log.warning("registry_loopback_host", host=host, reach="this host only")
+        return host
+    ip = node_ip()
+    if is_loopback(ip):
+        raise LaunchError(
+            "this host has no route to other hosts (no default route), so its address for "
+            "the registry is unknown: give it with `seer actor --host <this host's address>` "
+            "(the driver: `host=` of launch_static)"
+        )
+    return ip
 
 
 def rank_from_env(env: Mapping[str, str]) -> int | None:
@@ -138,8 +209,9 @@ def run_registered_actor(
 ) -> None:
     """`seer actor --registry`: bind on this host, register, wait for the book, serve."""
     config = over_tcp(config)
+    ip = advertised_host(host)  # before binding anything: a clear error, nothing to close
     transport = zmq_transport(config)
-    inbox = transport.reply(f"tcp://{host or node_ip()}:*", bind=True)
+    inbox = transport.reply(f"tcp://{ip}:*", bind=True)
     files = FileRegistry(registry, config.run_id)
     files.publish(role, index, inbox.endpoint)
     log.info("actor_registered", role=role, index=index, address=inbox.endpoint)
@@ -169,13 +241,20 @@ async def launch_static(
     if registry is None:
         cluster = Cluster(config, transport)
     else:
-        ip = host or node_ip()
-        inbox = transport.reply(f"tcp://{ip}:*", bind=True)
-        control = transport.pull(f"tcp://{ip}:*", bind=True)
         files = FileRegistry(registry, config.run_id)
-        files.publish(DRIVER, 0, inbox.endpoint)
-        files.publish(CONTROL, 0, control.endpoint)
-        book = await anyio.to_thread.run_sync(files.wait_complete, config, config.ready_timeout_s)
+        try:  # a launch that fails here closes what it opened and tells the actors
+            ip = advertised_host(host)
+            inbox = transport.reply(f"tcp://{ip}:*", bind=True)
+            control = transport.pull(f"tcp://{ip}:*", bind=True)
+            files.publish(DRIVER, 0, inbox.endpoint)
+            files.publish(CONTROL, 0, control.endpoint)
+            book = await anyio.to_thread.run_sync(
+                files.wait_complete, config, config.ready_timeout_s
+            )
+        except BaseException as exc:
+            transport.close()
+            files.abort(f"{type(exc).__name__}: {exc}".splitlines()[0])
+            raise
         cluster = Cluster(config, transport, address_of=book, inbox=inbox, control=control)
     try:
         await await_ready(cluster)

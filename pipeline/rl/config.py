@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -11,7 +11,7 @@ from typing import Any, Literal
 from actors.generator import GeneratorOptions
 from actors.model import ModelOptions
 from actors.trainer.options import TrainerOptions
-from pipeline.config import ActorGroup, PipelineConfig, Topology
+from pipeline.config import ActorGroup, ConfigError, PipelineConfig, Topology, TransportConfig
 from pipeline.rollout.api import rollout_config
 from pipeline.tasks import Task, TaskError, supports_sft
 from pipeline.tasks.warmstart import DEFAULT_STEPS, warm_start
@@ -89,11 +89,31 @@ class RunConfig:
     eval_samples: int = 4
     #: iterations between held-out evaluations
     eval_every: int = 20
-    #: how the actors start: a process each, one event loop, or Ray actors
-    mode: Literal["local", "inprocess", "ray"] = "local"
+    #: how the actors start: a process each ("local"), one event loop ("inprocess"), Ray
+    #: actors ("ray"), or actors started on their hosts by someone else ("static": Slurm,
+    #: Kubernetes, a shell running `seer actor --config <the actors' config>`, which
+    #: `seer run --config run.toml --write-actors-config actors.toml` writes); "ray" and
+    #: "static" run over tcp + CURVE (`transport.curve_keys`)
+    mode: Literal["local", "inprocess", "ray", "static"] = "local"
+    #: the actors' sockets and security (the `[transport]` table of a topology, see
+    #: `PipelineConfig`): for "ray" and "static", `curve_keys` (a folder made by `seer keys`,
+    #: on every host), `host` (the driver's address), `base_port` (fixed addresses)
+    transport: TransportConfig = field(default_factory=TransportConfig)
+    #: the run id every actor's address carries: "static" needs one fixed value (the driver
+    #: and the actors build the same topology from it); "" = a random one
+    run_id: str = ""
+    #: "static" with fixed addresses: the host of every actor by role (a `[hosts]` table,
+    #: e.g. `generator = ["10.0.0.5", "10.0.0.6"]`, one per actor; roles left out use
+    #: `transport.host`); trainer rank 0's host is the ranks' torch.distributed rendezvous
+    #: (port `trainer.dist_port`)
+    hosts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: "static": a folder on a shared filesystem where the actors (`seer actor --registry`)
+    #: and the driver publish their addresses ("" = the fixed addresses of `hosts`)
+    registry: str = ""
     #: how long the actors may take to start (a loaded machine)
     ready_timeout_s: float = 180.0
-    #: trainer processes: > 1 = data-parallel ranks fed by the data dispatcher (mode "local")
+    #: trainer processes: > 1 = data-parallel ranks fed by the data dispatcher (a process
+    #: each: not mode "inprocess")
     trainer_ranks: int = 1
     #: with ranks > 1: "direct" = the scheduler scores each sample and sends it to its rank
     #: as it finishes (Earl); "driver" = the driver gathers, scores, then sends (comparison)
@@ -110,8 +130,12 @@ class RunConfig:
                 raise ValueError(f"RunConfig.{name} must be >= 1")
         if self.trainer_ranks < 1:
             raise ValueError("RunConfig.trainer_ranks must be >= 1")
-        if self.trainer_ranks > 1 and self.mode != "local":
-            raise ValueError("RunConfig.trainer_ranks > 1 needs mode 'local' (a process per rank)")
+        if self.trainer_ranks > 1 and self.mode == "inprocess":
+            raise ValueError(
+                "RunConfig.trainer_ranks > 1 needs a process per rank: mode 'local', 'ray' or "
+                "'static', not 'inprocess'"
+            )
+        check_multi_host(self)
         if self.dispatch not in ("direct", "driver"):
             raise ValueError(
                 f"RunConfig.dispatch must be 'direct' or 'driver', not {self.dispatch!r}"
@@ -131,6 +155,43 @@ class RunConfig:
                 "not have (only `seer bench rollout` forces lengths); use context_aware, "
                 "divided or baseline"
             )
+
+
+def check_multi_host(cfg: RunConfig) -> None:
+    """The transport settings a mode needs (`ConfigError` naming the field); normalises
+    `hosts` (a TOML table of arrays) to tuples."""
+    if not isinstance(cfg.hosts, Mapping):
+        raise ConfigError(f"RunConfig.hosts must be a table of role = [hosts], not {cfg.hosts!r}")
+    hosts = {}
+    for role, names in cfg.hosts.items():
+        if not isinstance(names, list | tuple) or not all(isinstance(h, str) for h in names):
+            raise ConfigError(f"RunConfig.hosts.{role} must be an array of host names")
+        hosts[role] = tuple(names)
+    object.__setattr__(cfg, "hosts", hosts)
+    if cfg.run_id and not cfg.run_id.replace("-", "").isalnum():
+        raise ConfigError(f"RunConfig.run_id {cfg.run_id!r} must be alphanumeric (dashes allowed)")
+    if cfg.mode not in ("ray", "static"):
+        if hosts or cfg.registry:
+            raise ConfigError(
+                f"RunConfig.hosts / registry place actors on other hosts: mode 'static', not "
+                f"{cfg.mode!r}"
+            )
+        return
+    t = cfg.transport
+    if t.scheme != "tcp" and not (t.curve_keys or t.allow_insecure_tcp):
+        raise ConfigError(
+            f"RunConfig mode {cfg.mode!r} runs over tcp, which needs transport.curve_keys (a "
+            "folder made by `seer keys`, copied to every host); set "
+            "transport.allow_insecure_tcp = true only on a trusted network"
+        )
+    if cfg.mode == "static" and not cfg.run_id:
+        raise ConfigError(
+            "RunConfig mode 'static' needs a fixed run_id: the driver and every actor build "
+            "the same topology from it (write the actors' config with `seer run --config "
+            "run.toml --write-actors-config actors.toml`)"
+        )
+    if cfg.mode == "ray" and (hosts or cfg.registry):
+        raise ConfigError("RunConfig.hosts / registry are for mode 'static'; Ray places actors")
 
 
 def generator_options(cfg: RunConfig, task: Task, model_path: str) -> GeneratorOptions:
@@ -176,6 +237,17 @@ def warm_model(cfg: RunConfig, task: Task, progress: Callable[[dict[str, Any]], 
     return str(path)
 
 
+def actors_config(
+    cfg: RunConfig, progress: Callable[[dict[str, Any]], None] = lambda row: None
+) -> PipelineConfig:
+    """The topology the run's actors run (`seer run --write-actors-config`): the same the
+    driver builds in `pipeline.rl.loop.train` (warm start, if any, from the shared cache)."""
+    from pipeline.tasks import get_task
+
+    task = get_task(cfg.task, model_dir=task_model_dir(cfg))
+    return rl_topology(cfg, warm_model(cfg, task, progress), task)
+
+
 def rl_topology(cfg: RunConfig, model_path: str, task: Task | None = None) -> PipelineConfig:
     """Splitter, estimator, scheduler, generators and the trainer, on the same model."""
     from pipeline.tasks import get_task
@@ -194,13 +266,54 @@ def rl_topology(cfg: RunConfig, model_path: str, task: Task | None = None) -> Pi
     trainer = dataclasses.replace(
         cfg.trainer, model=gen.model, pad_id=gen.eos_token_id or 0, seed=cfg.seed
     )
-    if ranks > 1:  # ranks on one host share its cores: split the trainer's threads
+    if ranks > 1 and cfg.mode == "local":  # one host: split its cores, a free port
         trainer = dataclasses.replace(
             trainer, dist_port=free_port(), num_threads=max(1, 2 // ranks)
         )
+    elif ranks > 1:  # across hosts: rank 0's host (fixed, or learnt from the address book)
+        trainer = dataclasses.replace(trainer, dist_addr=cfg.hosts.get("trainer", ("",))[0])
     group = ActorGroup(role="trainer", kind="trainer", count=ranks, options=options_table(trainer))
     topology = Topology(actors=(*base.topology.actors, group))
-    return dataclasses.replace(base, topology=topology, ready_timeout_s=cfg.ready_timeout_s)
+    return placed(
+        dataclasses.replace(base, topology=topology, ready_timeout_s=cfg.ready_timeout_s), cfg
+    )
+
+
+def placed(config: PipelineConfig, cfg: RunConfig) -> PipelineConfig:
+    """The run's topology with its transport, run id and (static mode) each actor's host."""
+    unknown = sorted(set(cfg.hosts) - set(config.topology.roles))
+    if unknown:
+        raise ConfigError(
+            f"RunConfig.hosts names roles {unknown} the run does not have ({config.topology.roles})"
+        )
+    try:
+        groups = tuple(
+            dataclasses.replace(g, hosts=cfg.hosts.get(g.role, g.hosts))
+            for g in config.topology.actors
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"RunConfig.hosts: {exc}") from None
+    transport = cfg.transport
+    if cfg.mode in ("ray", "static") and transport.scheme != "tcp":
+        transport = dataclasses.replace(transport, scheme="tcp")
+    return dataclasses.replace(
+        config,
+        topology=Topology(actors=groups),
+        transport=transport,
+        run_id=cfg.run_id or config.run_id,
+    )
+
+
+def launcher_options(cfg: RunConfig) -> dict[str, Any]:
+    """What the run's launcher takes beyond the topology (static: the registry folder, and
+    the driver's address: `transport.host` unless it is the default loopback, then this
+    host's outward address)."""
+    if cfg.mode != "static" or not cfg.registry:
+        return {}
+    from pipeline.launch.static import is_loopback
+
+    host = "" if is_loopback(cfg.transport.host) else cfg.transport.host
+    return {"registry": cfg.registry, "host": host}
 
 
 def free_port() -> int:

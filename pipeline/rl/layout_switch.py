@@ -29,7 +29,7 @@ from pathlib import Path
 import structlog
 
 from pipeline.config import PipelineConfig, Topology
-from pipeline.rl.config import RunConfig, rl_topology
+from pipeline.rl.config import RunConfig, launcher_options, rl_topology
 from pipeline.rl.ranks import load_on_every_rank
 from pipeline.rl.selector import Layout, LayoutProfile, ParallelismSelector, ProfileError
 from pipeline.rollout import Rollout
@@ -92,7 +92,13 @@ async def switch_layout(
     folder = str(Path(cfg.out_dir) / "layout-switch")
     await rollout.call_actor("trainer", SaveCheckpoint(path=folder, iteration=iteration))
     await rollout.__aexit__(None, None, None)
-    new = await stack.enter_async_context(Rollout(rl_topology(new_cfg, model_path), mode=cfg.mode))
+    new = await stack.enter_async_context(
+        Rollout(
+            rl_topology(new_cfg, model_path),
+            mode=cfg.mode,
+            launcher_options=launcher_options(cfg),
+        )
+    )
     report = await load_on_every_rank(new, cfg.trainer_ranks, folder)
     if report.version != version:
         raise RuntimeError(f"layout switch moved the weight version {version} -> {report.version}")

@@ -14,7 +14,13 @@ from typing import Any
 import numpy as np
 
 from actors.model.hf_folder import read_folder
-from pipeline.rl.config import RunConfig, rl_topology, task_model_dir, warm_model
+from pipeline.rl.config import (
+    RunConfig,
+    launcher_options,
+    rl_topology,
+    task_model_dir,
+    warm_model,
+)
 from pipeline.rl.layout_switch import current_layout, make_selector, switch_layout
 from pipeline.rl.ranks import load_on_every_rank, stream_spec, train_across_ranks, train_streamed
 from pipeline.rl.steps import send_train_step
@@ -48,7 +54,11 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
     selector = make_selector(cfg)
     async with contextlib.AsyncExitStack() as stack:
         rollout = await stack.enter_async_context(
-            Rollout(rl_topology(cfg, model_path, task), mode=cfg.mode)
+            Rollout(
+                rl_topology(cfg, model_path, task),
+                mode=cfg.mode,
+                launcher_options=launcher_options(cfg),
+            )
         )
         first = 0
         if cfg.resume:  # the trainer restores weights, optimiser, RNG and publishes them

@@ -57,6 +57,7 @@ def _ip(*args: str) -> None:
 class Subnet:
     """The namespaces, their veth pairs and the bridge; `close()` removes all of it."""
 
+    hosts: tuple[str, ...] = HOSTS  # one namespace each
     tag: str = field(default_factory=lambda: f"{random.randrange(16**5):05x}")
     net: int = field(default_factory=lambda: random.randrange(1, 255))
     made: list[tuple[str, ...]] = field(default_factory=list)  # undo commands, newest last
@@ -73,7 +74,7 @@ class Subnet:
         return f"sp{self.tag}{host}"
 
     def addr(self, host: str) -> str:
-        last = 254 if host == "driver" else 1 + HOSTS.index(host)
+        last = 254 if host == "driver" else 1 + self.hosts.index(host)
         return f"10.213.{self.net}.{last}"
 
     def up(self) -> None:
@@ -81,7 +82,7 @@ class Subnet:
         self.made.append(("link", "del", self.bridge))
         _ip("addr", "add", f"{self.addr('driver')}/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
-        for host in HOSTS:
+        for host in self.hosts:
             ns, outer = self.ns(host), f"sv{self.tag}{host}"
             _ip("netns", "add", ns)
             self.made.append(("netns", "del", ns))  # deleting it deletes its veth pair
@@ -94,11 +95,14 @@ class Subnet:
             _ip("link", "set", outer, "master", self.bridge)
             _ip("link", "set", outer, "up")
 
-    def start(self, host: str, config: Path, role: str, index: int, log: Path) -> None:
+    def start(
+        self, host: str, config: Path, role: str, index: int, log: Path
+    ) -> subprocess.Popen[bytes]:
         cmd = ["ip", "netns", "exec", self.ns(host), sys.executable, "-m", "pipeline.cli"]
         cmd += ["actor", "--config", str(config), "--role", role, "--index", str(index)]
-        with log.open("wb") as out:
+        with log.open("wb") as out:  # `ip netns exec` execs: the process is the actor's
             self.procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT))
+        return self.procs[-1]
 
     def cut(self, host: str) -> None:
         _ip("-n", self.ns(host), "link", "set", self.veth(host), "down")
@@ -113,7 +117,11 @@ class Subnet:
 
 @pytest.fixture
 def subnet() -> Iterator[Subnet]:
-    net = Subnet()
+    yield from make_subnet(Subnet())
+
+
+def make_subnet(net: Subnet) -> Iterator[Subnet]:
+    """Bring `net` up for a test (skip where namespaces cannot be made), then remove it."""
     try:
         net.up()
     except subprocess.CalledProcessError as exc:
