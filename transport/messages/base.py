@@ -20,7 +20,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 2  # 2: token and log-probability arrays as frames (TokenIds, LogProbs)
 
 
 class _TorchTensorType(type):
