@@ -108,7 +108,9 @@ def test_cost_factors_pool_the_other_seeds_rollouts_with_the_same_setting() -> N
     blocks += [_block(s, 0.02, 0.02, suffix="+drafts") for s in (0, 1)]
     blocks += [_block(3, 0.004, suffix="+drafts")]  # a generator logged nothing: left out
     blocks[-1].steps["baseline"].append([])
+    blocks += [_block(4, 0.004)]  # a generator lost in the rollout: no log at all, left out
     pools = validate.cost_factors(blocks, COST)
+    assert all(len(factors) == 2 for pool in pools.values() for factors in pool)
     # seed 0 is priced by seeds 1 and 2 only, seed 1 by 0 and 2: whole rollouts, in order
     assert pools["0"] == [pytest.approx((1.0, 1.0)), pytest.approx((3.0, 1.0))]
     assert pools["1"] == [pytest.approx((1.0, 2.0)), pytest.approx((3.0, 1.0))]

@@ -130,9 +130,11 @@ def cost_factors(blocks: list[_Block], cost: CostModel, by: str = "setting") -> 
     seeds' runs of the same configuration (``pool_key(block, policy)``), since the
     configurations' steps ran at different speeds against the table."""
     per_block: dict[tuple[int, str, str], Pool] = {}
+    # every generator's log, or none of the rollout (a generator lost under load logs none)
+    width = max((len(runs) for block in blocks for runs in block.steps.values()), default=0)
     for block in blocks:
         for policy, runs in block.steps.items():
-            if runs and all(runs):
+            if len(runs) == width and all(runs):
                 factors = instance_speeds(runs, cost, len(runs))
                 key = (block.seed, block.suffix, policy if by == "config" else "")
                 per_block.setdefault(key, []).append(factors)
