@@ -176,15 +176,8 @@ class SchedulerCore:
         now: float,
     ) -> Literal["ok", "stale"]:
         """Commit a chunk's progress; a request not finished goes back to waiting."""
-        req = self.request(request_id)
-        flight = self._flights.get(request_id)
-        if (
-            flight is None
-            or req.status != "running"
-            or req.chunk_seq != chunk_seq
-            or req.instance != instance
-        ):
-            self.counters["stale_results"] += 1
+        req, flight = self.request(request_id), self._running_chunk(request_id, instance, chunk_seq)
+        if flight is None:
             return "stale"
         if not 0 <= num_new_tokens <= flight.max_chunk_tokens:
             raise ValueError(
@@ -215,19 +208,30 @@ class SchedulerCore:
         engine, or its result is overdue): the request goes back to waiting from its last
         committed progress, with no KV home. "stale" when that chunk is not the one running."""
         req = self.request(request_id)
-        flight = self._flights.get(request_id)
-        if (
-            flight is None
-            or req.status != "running"
-            or req.chunk_seq != chunk_seq
-            or req.instance != instance
-        ):
-            self.counters["stale_results"] += 1
+        if self._running_chunk(request_id, instance, chunk_seq) is None:
             return "stale"
         self._land(request_id)
         self._set_home(request_id, None)
         self._to_waiting(req, now, kv_instance=None)
         return "ok"
+
+    def _running_chunk(self, request_id: str, instance: int, chunk_seq: int) -> _Flight | None:
+        """The flight of chunk `chunk_seq` of `request_id` on `instance` when that chunk is
+        the one running; else None, counted as a stale result."""
+        req = self.request(request_id)
+        flight = self._flights.get(request_id)
+        if (
+            flight is None
+            or req.status != "running"
+            or (req.chunk_seq, req.instance)
+            != (
+                chunk_seq,
+                instance,
+            )
+        ):
+            self.counters["stale_results"] += 1
+            return None
+        return flight
 
     def requeue_instance(self, instance: int, now: float, *, mark_down: bool = False) -> list[str]:
         """A generator died: its running requests return to waiting, its KV is gone.
