@@ -42,3 +42,22 @@ def assert_same(a: Any, b: Any, where: str = "msg") -> None:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+#: modules whose tests must not run at the same time as each other under pytest-xdist
+#: (`make test` runs `-n 2 --dist loadgroup`): the tcp launchers use the config's fixed
+#: `transport.base_port`, and the network-namespace tests add bridges on 10.213.x.0/24
+#: subnets and each start a whole cluster of actors
+XDIST_GROUPS = {
+    "test_launchers.py": "tcp-ports",
+    "test_netns.py": "netns",
+    "test_netns_rl.py": "netns",
+    "test_multihost_launch.py": "netns",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = XDIST_GROUPS.get(item.path.name)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))

@@ -198,7 +198,9 @@ async def test_calls_interleaved_with_sends_on_one_socket_never_stall(tmp_path: 
             with anyio.move_on_after(4):
                 while True:
                     try:
-                        assert await client.call(Ping(seq=calls), timeout=0.3) == Pong(seq=calls)
+                        # a stalled call waits out its whole timeout; 1.5 s is far above
+                        # a reply's time even on a loaded machine (0.3 s was not, under xdist)
+                        assert await client.call(Ping(seq=calls), timeout=1.5) == Pong(seq=calls)
                     except RequestTimeout:
                         timeouts += 1
                     calls += 1
