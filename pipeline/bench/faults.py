@@ -28,6 +28,7 @@ exists (the fuzzing work of issue 15); otherwise reported as not run.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -368,3 +369,14 @@ def run(
         write_results(json_path, summary)
         console.print(f"wrote {json_path}")
     return summary
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`seer bench faults`'s own flags (beside --json and --quick)."""
+    parser.add_argument("--faults", help="comma-separated subset (default: all)")
+
+
+def run_args(args: argparse.Namespace) -> None:
+    """`seer bench faults` from its parsed flags."""
+    faults = tuple(args.faults.split(",")) if args.faults else None
+    run(args.json, quick=args.quick, faults=faults)
