@@ -45,6 +45,7 @@ from typing import Any
 import tomli_w
 from rich.console import Console
 
+from pipeline.config import load_config
 from pipeline.records.report import results_table, write_results
 
 FREEZE_S = 8.0
@@ -152,7 +153,7 @@ class SeerRun:
             role = argv[argv.index("--role") + 1]
             index = int(argv[argv.index("--index") + 1])
             config = Path(argv[argv.index("--config") + 1])
-            out[(role, index)] = (int(entry.name), config.parent / "logs")
+            out[(role, index)] = (int(entry.name), load_config(config).log_folder())
         return out
 
     def wait(self, timeout: float, progress_timeout: float | None = None) -> str:
