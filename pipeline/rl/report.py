@@ -130,7 +130,7 @@ def plot_rewards(rows: list[dict[str, Any]], path: Path) -> Path:
     ax2.set_title("time per iteration")
     if not rows:
         for ax in (ax1, ax2):
-            ax.text(0.5, 0.5, "no iterations ran", ha="center", va="center")
+            ax.text(0.5, 0.5, "no iterations ran", ha="center", transform=ax.transAxes)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
