@@ -290,7 +290,7 @@ def _value(tp: Any, value: Any, where: str, base: Any = None) -> Any:
 
 
 def did_you_mean(cls: type[Any], key: str) -> str:
-    """"; did you mean X?" for an unknown `key` of dataclass `cls`: a field of a nested
+    """ "; did you mean X?" for an unknown `key` of dataclass `cls`: a field of a nested
     table by that name (`lr` -> `trainer.lr`), else a field spelt alike; "" if none."""
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
@@ -315,8 +315,7 @@ def apply_overrides(obj: Any, assignments: Sequence[str], where: str = "--set") 
         path = key.strip().split(".")
         if not sep or not all(path):
             raise ConfigError(
-                f"{where} {text!r}: expected KEY=VALUE with a dotted KEY "
-                "(generator.max_batch=64)"
+                f"{where} {text!r}: expected KEY=VALUE with a dotted KEY (generator.max_batch=64)"
             )
         value = _override_value(type(obj), path, raw.strip())
         for part in reversed(path):
@@ -338,7 +337,9 @@ def _override_value(cls: type[Any], path: list[str], raw: str) -> Any:
     if isinstance(value, str) or tp is None:
         return value
     args = typing.get_args(tp)
-    text_field = tp is str or (typing.get_origin(tp) is Literal and all(isinstance(a, str) for a in args))
+    text_field = tp is str or (
+        typing.get_origin(tp) is Literal and all(isinstance(a, str) for a in args)
+    )
     return raw if text_field else value
 
 

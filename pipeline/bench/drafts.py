@@ -330,9 +330,7 @@ def _print(console: Console, result: dict[str, Any]) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`seer bench drafts`'s own flags (beside --json and --quick)."""
-    parser.add_argument(
-        "--repeats", type=int, help="runs per variant (the median is reported)"
-    )
+    parser.add_argument("--repeats", type=int, help="runs per variant (the median is reported)")
     parser.add_argument("--model", help="a saved model to roll out (default: the warm start)")
 
 

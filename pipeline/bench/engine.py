@@ -338,13 +338,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the random model's shape (small: 3.3M parameters; qwen2.5-0.5b: 494M)",
     )
     parser.add_argument("--model", help="a Hugging Face model folder (llama, qwen2) instead")
-    parser.add_argument(
-        "--repeats", type=int, help="runs per variant (the median is reported)"
-    )
+    parser.add_argument("--repeats", type=int, help="runs per variant (the median is reported)")
 
 
 def run_args(args: argparse.Namespace) -> None:
     """`seer bench engine` from its parsed flags."""
-    run(
-        args.json, quick=args.quick, shape=args.shape, model_dir=args.model, repeats=args.repeats
-    )
+    run(args.json, quick=args.quick, shape=args.shape, model_dir=args.model, repeats=args.repeats)

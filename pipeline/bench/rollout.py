@@ -13,7 +13,6 @@ bench generator are shared with `seer sim validate` (``pipeline.rollout.live``).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import time
@@ -195,38 +194,3 @@ def run(
     write_results(json_path, summary, default=float)
     console.print(f"wrote {json_path}, {summary['timeline_png']}, {summary['trace']}")
     return summary
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`seer bench rollout`'s own flags (beside --json and --quick)."""
-    parser.add_argument("--trace", help="replay this recorded trace's workload (builtin)")
-    parser.add_argument("--chunk-size", type=int, default=128, help="tokens per chunk")
-    parser.add_argument(
-        "--backend",
-        choices=("builtin", "sglang"),
-        default="builtin",
-        help="sglang: the four policies over seer serve (HTTP) beside the builtin",
-    )
-    parser.add_argument(
-        "--repeats", type=int, help="runs per variant (the median is reported)"
-    )
-
-
-def run_args(args: argparse.Namespace) -> None:
-    """`seer bench rollout` from its parsed flags."""
-    if args.backend == "sglang":
-        if args.trace:
-            raise ValueError("seer bench rollout --backend sglang: --trace is for the builtin")
-        from pipeline.bench import sglang_rollout
-
-        sglang_rollout.run(
-            args.json, quick=args.quick, chunk_size=args.chunk_size, repeats=args.repeats
-        )
-        return
-    run(
-        args.json,
-        quick=args.quick,
-        trace=args.trace,
-        chunk_size=args.chunk_size,
-        repeats=args.repeats,
-    )

@@ -235,9 +235,7 @@ def run(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`seer bench scheduler`'s own flags (beside --json and --quick)."""
-    parser.add_argument(
-        "--repeats", type=int, help="runs per variant (the median is reported)"
-    )
+    parser.add_argument("--repeats", type=int, help="runs per variant (the median is reported)")
     parser.add_argument("--profile", help="write a cProfile of the scheduler here")
 
 

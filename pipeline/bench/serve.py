@@ -177,9 +177,7 @@ def _print(result: dict[str, Any]) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`seer bench serve`'s own flags (beside --json and --quick)."""
-    parser.add_argument(
-        "--repeats", type=int, help="runs per variant (the median is reported)"
-    )
+    parser.add_argument("--repeats", type=int, help="runs per variant (the median is reported)")
 
 
 def run_args(args: argparse.Namespace) -> None:

@@ -18,7 +18,7 @@ BENCHES = {
         "pipeline.bench.engine", "the built-in engine's decode tokens/s beside HF generate"
     ),
     "rollout": Command(
-        "pipeline.bench.rollout", "one workload under the four scheduling policies"
+        "pipeline.bench.rollout_command", "one workload under the four scheduling policies"
     ),
     "drafts": Command("pipeline.bench.drafts", "grouped speculative decoding on real rollouts"),
     "scheduler": Command(

@@ -38,14 +38,14 @@ class LazySubParsers(argparse._SubParsersAction):  # type: ignore[type-arg]
         values: Any,
         option_string: str | None = None,
     ) -> None:
-        name = values[0] if values else None
-        chosen = self._name_parser_map.get(name) if isinstance(name, str) else None
+        name = values[0] if values else ""
+        chosen = self._name_parser_map.get(name) if name in self.commands else None
         if chosen is not None and not getattr(chosen, "_seer_loaded", False):
             module = importlib.import_module(self.commands[name].module)
             self.common(chosen)
             module.add_arguments(chosen)
             chosen.set_defaults(run_args=module.run_args)
-            chosen._seer_loaded = True  # type: ignore[attr-defined]
+            chosen._seer_loaded = True
         super().__call__(parser, namespace, values, option_string)
 
 
@@ -58,7 +58,9 @@ def add_commands(
     """One sub-command of `parser` per entry of `commands`; `common` adds the flags every
     one of them takes (before the module's own)."""
     action = type(
-        "Lazy" + dest.title(), (LazySubParsers,), {"commands": commands, "common": staticmethod(common)}
+        "Lazy" + dest.title(),
+        (LazySubParsers,),
+        {"commands": commands, "common": staticmethod(common)},
     )
     sub = parser.add_subparsers(dest=dest, required=True, metavar="NAME", action=action)
     for name, command in commands.items():
@@ -69,4 +71,3 @@ def run_chosen(args: argparse.Namespace) -> int:
     """Run the chosen sub-command from its parsed flags."""
     args.run_args(args)
     return 0
-

@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.fn(args)
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # noqa: BLE001 - every error ends with one line and a code
+    except Exception as exc:
         if args.debug:
             traceback.print_exception(exc)
         leaf, more = first_leaf(exc)

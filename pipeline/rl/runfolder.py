@@ -115,4 +115,3 @@ def keep_rows_before(run_folder: Path, first: int) -> None:
     lines = [line for line in path.read_text().splitlines() if line.strip()]
     kept = [line for line in lines if json.loads(line).get("iteration", -1) < first]
     path.write_text("".join(line + "\n" for line in kept))
-

@@ -244,7 +244,9 @@ def _table(result: dict[str, Any]) -> Table:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`seer sim gap`'s own flags (beside --json)."""
     parser.add_argument(
-        "--workload", action="append", help=f"default qwen2-vl-72b and kimi-k2; repeat for several: {', '.join(SEER_WORKLOADS)}"
+        "--workload",
+        action="append",
+        help=f"default qwen2-vl-72b and kimi-k2; repeat for several: {', '.join(SEER_WORKLOADS)}",
     )
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of the groups")
     parser.add_argument("--chunk-size", type=int, default=4096, help="tokens per chunk")

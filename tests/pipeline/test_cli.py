@@ -88,8 +88,7 @@ def test_runtime_errors_exit_1_and_debug_shows_the_traceback(
     assert main(["keys", str(Path("unused"))]) == 1
     err = capsys.readouterr().err
     assert err == (
-        "seer: error: RolloutError: actor generator-1 was lost (exit -9) (--debug: the "
-        "traceback)\n"
+        "seer: error: RolloutError: actor generator-1 was lost (exit -9) (--debug: the traceback)\n"
     )
     assert main(["--debug", "keys", "unused"]) == 1
     err = capsys.readouterr().err
@@ -178,7 +177,9 @@ def test_print_config_is_the_resolved_config(
     toml = tmp_path / "run.toml"
     toml.write_text("iterations = 7\n[generator]\nmax_batch = 32\n")
     argv = ["run", "--config", str(toml), "--set", "generator.max_batch=64", "--out", "o"]
-    assert main([*argv, "--set", "keep_checkpoints=3", "--policy", "divided", "--print-config"]) == 0
+    assert (
+        main([*argv, "--set", "keep_checkpoints=3", "--policy", "divided", "--print-config"]) == 0
+    )
     printed = build_options(RunConfig, tomllib.loads(capsys.readouterr().out), "printed")
     assert (printed.iterations, printed.generator.max_batch) == (7, 64)
     assert (printed.keep_checkpoints, printed.policy, printed.out_dir) == (3, "divided", "o")

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 import tests.pipeline.toytask  # noqa: F401  (registers the say7 task)
-from pipeline.cli.main import build_parser, main
+from pipeline.cli.main import build_parser
 from pipeline.cli.run import run_config
 from pipeline.config import ConfigError
+from pipeline.records.report import results_table
 from pipeline.rl.config import RunConfig, rl_topology
 from pipeline.rl.report import load_rows, plot_rewards, summary_table
 from pipeline.rl.runfolder import (
@@ -24,7 +25,6 @@ from pipeline.rl.runfolder import (
     resume_from,
     save_run_config,
 )
-from pipeline.records.report import results_table
 from tests.pipeline.test_rl_loop import toy_config
 
 
