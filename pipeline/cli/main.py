@@ -67,16 +67,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.fn(args)
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:
+    except Exception as exc:  # every error a user can cause: one line and an exit code
         if args.debug:
             traceback.print_exception(exc)
         leaf, more = first_leaf(exc)
         code = exit_code(leaf)
         kind = "" if code == USAGE_ERROR else f"{type(leaf).__name__}: "
         extra = f" (and {more} more errors)" if more else ""
-        hint = "" if args.debug else " (--debug: the traceback)"
-        print(f"seer: error: {kind}{leaf}{extra}{hint if code == RUNTIME_ERROR else ''}",
-              file=sys.stderr)  # fmt: skip
+        hint = " (--debug: the traceback)" if code == RUNTIME_ERROR and not args.debug else ""
+        print(f"seer: error: {kind}{leaf}{extra}{hint}", file=sys.stderr)
     return code
 
 
