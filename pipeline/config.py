@@ -11,13 +11,14 @@ key and what was expected.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import secrets
 import tempfile
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -129,7 +130,9 @@ class PipelineConfig:
     actors send heartbeats (a silent peer counts as lost after a few). `ready_timeout_s`:
     how long the launcher waits for every actor to report ready (actors importing torch on
     a loaded 2-core host take minutes). `stop_timeout_s`: how long a clean stop may take
-    before the launcher signals the actor. `log_level`: the actors' structlog level."""
+    before the launcher signals the actor. `log_level`: the actors' structlog level.
+    `log_dir`: where the local launcher writes each actor's log, `<role>-<index>.log` (""
+    = `<run_dir>/logs`; `seer run` sets its run folder's `logs/`)."""
 
     topology: Topology
     transport: TransportConfig = field(default_factory=TransportConfig)
@@ -138,6 +141,7 @@ class PipelineConfig:
     ready_timeout_s: float = 180.0
     stop_timeout_s: float = 10.0
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_dir: str = ""
 
     def __post_init__(self) -> None:
         if not self.run_id.replace("-", "").isalnum():
@@ -150,6 +154,10 @@ class PipelineConfig:
     def run_dir(self) -> Path:
         base = self.transport.run_dir or default_run_root()
         return Path(base) / self.run_id
+
+    def log_folder(self) -> Path:
+        """The actors' logs folder: `log_dir`, else the run folder's `logs/`."""
+        return Path(self.log_dir) if self.log_dir else self.run_dir / "logs"
 
     def address(self, role: str, index: int = 0) -> str:
         """Where actor `role`/`index` (or the driver / control socket) listens."""
@@ -195,7 +203,8 @@ def config_from_dict(data: Mapping[str, Any], where: str = "config") -> Pipeline
     return config
 
 
-def config_to_toml(config: PipelineConfig) -> str:
+def config_to_toml(config: Any) -> str:
+    """A config dataclass (`PipelineConfig`, `RunConfig`) as TOML (None values left out)."""
     text: str = tomli_w.dumps(_plain(dataclasses.asdict(config)))
     return text
 
@@ -224,7 +233,10 @@ def _build(cls: type[Any], data: Any, where: str, base: Any = None) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise ConfigError(f"{where}: unknown keys {unknown}; expected some of {sorted(fields)}")
+        guess = did_you_mean(cls, unknown[0])  # the guess, else every key it could be
+        raise ConfigError(
+            f"{where}: unknown keys {unknown}" + (guess or f"; expected some of {sorted(fields)}")
+        )
     kwargs = {
         k: _value(
             hints[k],
@@ -275,6 +287,60 @@ def _value(tp: Any, value: Any, where: str, base: Any = None) -> Any:
     if isinstance(tp, type) and type(value) is not tp:
         raise ConfigError(f"{where}: expected {tp.__name__}, got {type(value).__name__}")
     return value
+
+
+def did_you_mean(cls: type[Any], key: str) -> str:
+    """ "; did you mean X?" for an unknown `key` of dataclass `cls`: a field of a nested
+    table by that name (`lr` -> `trainer.lr`), else a field spelt alike; "" if none."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    nested = [
+        f"{name}.{key}"
+        for name in names
+        if dataclasses.is_dataclass(hints[name])
+        and key in {f.name for f in dataclasses.fields(hints[name])}
+    ]
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.7)
+    guesses = nested or close
+    return f"; did you mean {' or '.join(map(repr, guesses))}?" if guesses else ""
+
+
+def apply_overrides(obj: Any, assignments: Sequence[str], where: str = "--set") -> Any:
+    """`obj` (a config dataclass) with dotted `KEY=VALUE` assignments applied in order
+    (`generator.max_batch=64`): the value is read as TOML (`64`, `5e-4`, `true`, `[1, 2]`,
+    `"text"`), a bare word or a value for a text field as text; every mistake is the
+    `ConfigError` the same key in a TOML file gives, prefixed with the assignment."""
+    for text in assignments:
+        key, sep, raw = text.partition("=")
+        path = key.strip().split(".")
+        if not sep or not all(path):
+            raise ConfigError(
+                f"{where} {text!r}: expected KEY=VALUE with a dotted KEY (generator.max_batch=64)"
+            )
+        value = _override_value(type(obj), path, raw.strip())
+        for part in reversed(path):
+            value = {part: value}
+        obj = _build(type(obj), value, f"{where} {text}: {type(obj).__name__}", base=obj)
+    return obj
+
+
+def _override_value(cls: type[Any], path: list[str], raw: str) -> Any:
+    """`raw` as TOML, or as text when it is not TOML or the field at `path` takes text."""
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw  # a bare word: text (a wrong type is the TOML's error below)
+    tp: Any = cls
+    for part in path:
+        hints = typing.get_type_hints(tp) if dataclasses.is_dataclass(tp) else {}
+        tp = hints.get(part)
+    if isinstance(value, str) or tp is None:
+        return value
+    args = typing.get_args(tp)
+    text_field = tp is str or (
+        typing.get_origin(tp) is Literal and all(isinstance(a, str) for a in args)
+    )
+    return raw if text_field else value
 
 
 def build_options(cls: type[Any] | None, options: Mapping[str, Any], where: str) -> Any:

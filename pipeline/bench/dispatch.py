@@ -35,6 +35,7 @@ the last sample finishes.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import multiprocessing as mp
 import statistics
@@ -429,3 +430,13 @@ def run(json_path: str | None, quick: bool = False) -> dict[str, Any]:
     if json_path:
         write_results(json_path, result, indent=1)
     return result
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`seer bench dispatch`'s own flags (beside --json and --quick)."""
+    del parser  # none beyond --json and --quick
+
+
+def run_args(args: argparse.Namespace) -> None:
+    """`seer bench dispatch` from its parsed flags."""
+    run(args.json, quick=args.quick)

@@ -26,6 +26,7 @@ end-of-sequence:
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import statistics
 import tempfile
@@ -325,3 +326,14 @@ def _print(console: Console, result: dict[str, Any]) -> None:
     for name, diff in result.get("differing_samples", {}).items():
         first = diff["first"][0]
         console.print(f"  {name}: {diff['count']} samples differ from none's; first: {first}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`seer bench drafts`'s own flags (beside --json and --quick)."""
+    parser.add_argument("--repeats", type=int, help="runs per variant (the median is reported)")
+    parser.add_argument("--model", help="a saved model to roll out (default: the warm start)")
+
+
+def run_args(args: argparse.Namespace) -> None:
+    """`seer bench drafts` from its parsed flags."""
+    run(args.json, quick=args.quick, repeats=args.repeats, model=args.model)

@@ -23,6 +23,7 @@ on ``threads`` torch threads (1 by default) for everything in the run.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from typing import Any, TypedDict
@@ -326,3 +327,20 @@ def _print(
             best_rows,
         )
     )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`seer bench engine`'s own flags (beside --json and --quick)."""
+    parser.add_argument(
+        "--shape",
+        default="small",
+        choices=("small", "qwen2.5-0.5b"),
+        help="the random model's shape (small: 3.3M parameters; qwen2.5-0.5b: 494M)",
+    )
+    parser.add_argument("--model", help="a Hugging Face model folder (llama, qwen2) instead")
+    parser.add_argument("--repeats", type=int, help="runs per variant (the median is reported)")
+
+
+def run_args(args: argparse.Namespace) -> None:
+    """`seer bench engine` from its parsed flags."""
+    run(args.json, quick=args.quick, shape=args.shape, model_dir=args.model, repeats=args.repeats)

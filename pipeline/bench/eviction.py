@@ -19,6 +19,7 @@ median over seeds of the makespan ratio queue / lru on the same seed's workload.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import tempfile
 from pathlib import Path
@@ -158,3 +159,14 @@ def _table(summary: dict[str, Any]) -> Table:
         rows,
         caption="queue / lru: the median over seeds of each seed's ratio (the same workload)",
     )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`seer bench eviction`'s own flags (beside --json and --quick)."""
+    parser.add_argument("--repeats", type=int, help="seeds (the same for both rules)")
+    parser.add_argument("--chunk-size", type=int, default=128, help="tokens per chunk")
+
+
+def run_args(args: argparse.Namespace) -> None:
+    """`seer bench eviction` from its parsed flags."""
+    run(args.json, quick=args.quick, repeats=args.repeats, chunk_size=args.chunk_size)

@@ -28,6 +28,8 @@ exists (the fuzzing work of issue 15); otherwise reported as not run.
 
 from __future__ import annotations
 
+import argparse
+import functools
 import json
 import math
 import os
@@ -36,6 +38,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -114,6 +117,13 @@ def run_config(quick: bool) -> dict[str, Any]:
     }
 
 
+@functools.cache
+def _log_folder(config: Path) -> Path:
+    """The logs folder of the topology saved at `config` (its `log_dir`, else beside it)."""
+    log_dir = tomllib.loads(config.read_text()).get("log_dir", "")
+    return Path(log_dir) if log_dir else config.parent / "logs"
+
+
 class SeerRun:
     """One `seer run` subprocess, its actor processes and its outputs."""
 
@@ -151,7 +161,7 @@ class SeerRun:
             role = argv[argv.index("--role") + 1]
             index = int(argv[argv.index("--index") + 1])
             config = Path(argv[argv.index("--config") + 1])
-            out[(role, index)] = (int(entry.name), config.parent / "logs")
+            out[(role, index)] = (int(entry.name), _log_folder(config))
         return out
 
     def wait(self, timeout: float, progress_timeout: float | None = None) -> str:
@@ -172,8 +182,12 @@ class SeerRun:
         return "stalled"
 
     def error(self) -> str:
-        """The exception type that ended the run (its traceback's last line)."""
+        """The exception type that ended the run (`seer: error: <type>: ...`, the line a
+        runtime error ends with; else a traceback's last line)."""
         lines = [ln for ln in self.log.read_text(errors="replace").splitlines() if ln.strip()]
+        for line in reversed(lines):
+            if match := re.match(r"seer: error: (\w+): ", line):
+                return match.group(1)
         for line in reversed(lines):
             head = line.split(":", 1)[0].strip()
             name = head.rsplit(".", 1)[-1]
@@ -368,3 +382,14 @@ def run(
         write_results(json_path, summary)
         console.print(f"wrote {json_path}")
     return summary
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`seer bench faults`'s own flags (beside --json and --quick)."""
+    parser.add_argument("--faults", help="comma-separated subset (default: all)")
+
+
+def run_args(args: argparse.Namespace) -> None:
+    """`seer bench faults` from its parsed flags."""
+    faults = tuple(args.faults.split(",")) if args.faults else None
+    run(args.json, quick=args.quick, faults=faults)

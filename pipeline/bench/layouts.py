@@ -20,6 +20,7 @@ tp 2. Throughput then includes the HTTP hop; each layout's servers start before 
 
 from __future__ import annotations
 
+import argparse
 import time
 from typing import Any
 
@@ -124,3 +125,18 @@ def run(json_path: str | None, quick: bool = False, backend: str = "builtin") ->
     if json_path:
         write_results(json_path, result, indent=1)
     return result
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`seer bench layouts`'s own flags (beside --json and --quick)."""
+    parser.add_argument(
+        "--backend",
+        choices=("builtin", "sglang"),
+        default="builtin",
+        help="sglang: (servers, --tp-size) layouts of launched seer serve servers",
+    )
+
+
+def run_args(args: argparse.Namespace) -> None:
+    """`seer bench layouts` from its parsed flags."""
+    run(args.json, quick=args.quick, backend=args.backend)

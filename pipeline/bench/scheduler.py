@@ -31,6 +31,7 @@ Reported per N (JSON `{"instances": {"2": {...}, "8": {...}, "32": {...}}}`):
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import os
 import statistics
@@ -230,3 +231,14 @@ def run(
         write_results(json_path, summary)
         console.print(f"wrote {json_path}")
     return summary
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`seer bench scheduler`'s own flags (beside --json and --quick)."""
+    parser.add_argument("--repeats", type=int, help="runs per variant (the median is reported)")
+    parser.add_argument("--profile", help="write a cProfile of the scheduler here")
+
+
+def run_args(args: argparse.Namespace) -> None:
+    """`seer bench scheduler` from its parsed flags."""
+    run(args.json, quick=args.quick, repeats=args.repeats, profile=args.profile)

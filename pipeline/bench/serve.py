@@ -16,6 +16,7 @@ server is started once and warmed up; each HTTP round opens fresh connections.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import random
@@ -172,3 +173,13 @@ def _print(result: dict[str, Any]) -> None:
             f"  {variant:<12} {result['tok_s'][variant]:>9.0f} tok/s   "
             f"{result['ratio_vs_engine'][variant]:.2f}x the engine"
         )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`seer bench serve`'s own flags (beside --json and --quick)."""
+    parser.add_argument("--repeats", type=int, help="runs per variant (the median is reported)")
+
+
+def run_args(args: argparse.Namespace) -> None:
+    """`seer bench serve` from its parsed flags."""
+    run(args.json, quick=args.quick, repeats=args.repeats)

@@ -19,6 +19,7 @@ receiver in separate processes over ipc, repeated and reported as medians:
 
 from __future__ import annotations
 
+import argparse
 import multiprocessing as mp
 import os
 import statistics
@@ -436,3 +437,13 @@ def run(json_path: str | None = None, quick: bool = False) -> dict[str, Any]:
         write_results(json_path, result)
         console.print(f"wrote {json_path}")
     return result
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`seer bench transport`'s own flags (beside --json and --quick)."""
+    del parser  # none beyond --json and --quick
+
+
+def run_args(args: argparse.Namespace) -> None:
+    """`seer bench transport` from its parsed flags."""
+    run(args.json, quick=args.quick)

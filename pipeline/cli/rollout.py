@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import argparse
 
+from actors.scheduler.policy import POLICY_NAMES
+
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     roll = sub.add_parser("rollout", help="one benchmark rollout: Seer scheduler vs baseline")
-    roll.add_argument("--policy", default="baseline", help="compare context_aware with this")
+    roll.add_argument(
+        "--policy",
+        default="baseline",
+        choices=POLICY_NAMES,
+        help="compare context_aware with this (default: baseline)",
+    )
     roll.add_argument("--chunk-size", type=int, default=128)
     roll.add_argument("--out", help="run folder (default: runs/rollout-<time>)")
     return roll

@@ -6,8 +6,14 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actors.scheduler.policy import POLICY_NAMES
+
 if TYPE_CHECKING:
     from pipeline.rl.config import RunConfig
+
+#: `--policy`'s choices: what an RL run takes (not "oracle": it needs true lengths); the
+#: same as `pipeline.rl.config.RUN_POLICIES`, which `tests/pipeline/test_cli.py` checks
+RUN_POLICIES = tuple(p for p in POLICY_NAMES if p != "oracle")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -18,6 +24,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     )
     run.add_argument("--config", help="TOML mapping onto RunConfig (pipeline/rl/config.py)")
     run.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a RunConfig field over the TOML, dotted for a table: --set "
+        "generator.max_batch=64 --set trainer.lr=5e-4 (repeat; the value is TOML, a bare "
+        "word is text); the flags below apply after",
+    )
+    run.add_argument(
+        "--print-config", action="store_true", help="print the resolved config (TOML) and exit"
+    )
+    run.add_argument(
         "--task",
         help="a registered task (countdown, ...) or a factory 'package.module:make_task' "
         "(importable from the working directory)",
@@ -27,12 +45,22 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         help="a Hugging Face model folder (Llama 3, Qwen2, Qwen3) to train instead of the "
         "built-in toy (no warm start; its tokenizer serves text tasks)",
     )
-    run.add_argument("--policy", help="rollout scheduling: context_aware (default), baseline, ...")
+    run.add_argument(
+        "--policy",
+        choices=[p for p in RUN_POLICIES if p],
+        help="rollout scheduling (default: context_aware)",
+    )
     run.add_argument("--iterations", type=int)
     run.add_argument(
         "--warm-start-steps", type=int, help="supervised warm start optimiser steps (0: none)"
     )
-    run.add_argument("--resume", help="a checkpoint folder of an earlier run")
+    run.add_argument(
+        "--resume",
+        metavar="FOLDER",
+        help="a run folder: continue it there from its config.toml and latest checkpoint "
+        "(--set and the flags change fields); or a checkpoint folder: start from it in a new "
+        "run folder with this command's config",
+    )
     run.add_argument(
         "--trainer-ranks", type=int, help="data-parallel trainer ranks (torch.distributed)"
     )
@@ -85,6 +113,11 @@ def run(args: argparse.Namespace) -> int:
     configure_logging("warning")
     console = Console(width=120)
     cfg = run_config(args)
+    if args.print_config:
+        from pipeline.rl.runfolder import config_toml
+
+        print(config_toml(cfg), end="")
+        return 0
     if args.write_actors_config:
         from pipeline.config import save_config
         from pipeline.rl.config import actors_config
@@ -129,20 +162,30 @@ def run(args: argparse.Namespace) -> int:
 
 def run_config(args: argparse.Namespace) -> RunConfig:
     """The run's `RunConfig`: the `--config` TOML (`[generator]`, `[trainer]` tables; keys
-    left out keep RunConfig's defaults), then the flags over it."""
+    left out keep RunConfig's defaults) or, with `--resume RUN_FOLDER`, that folder's saved
+    `config.toml`; then the `--set` assignments; then the flags."""
     import dataclasses
     import time
-    import tomllib
 
-    from pipeline.config import build_options
+    from pipeline.config import ConfigError, apply_overrides
     from pipeline.rl.config import RunConfig
+    from pipeline.rl.runfolder import CONFIG_FILE, load_run_config, resume_from
 
+    resume_folder = bool(args.resume) and (Path(args.resume) / CONFIG_FILE).is_file()
     cfg: RunConfig
-    cfg = (
-        build_options(RunConfig, tomllib.loads(Path(args.config).read_text()), args.config)
-        if args.config
-        else RunConfig()
-    )
+    if resume_folder:
+        if args.config:
+            raise ConfigError(
+                f"--resume {args.resume} continues from its {CONFIG_FILE}: leave out --config "
+                "(change fields with --set)"
+            )
+        if args.out and Path(args.out).absolute() != Path(args.resume).absolute():
+            raise ConfigError(f"--resume {args.resume} continues in that folder: leave out --out")
+        cfg, checkpoint = resume_from(args.resume)
+        cfg = dataclasses.replace(cfg, out_dir=args.resume, resume=str(checkpoint))
+    else:
+        cfg = load_run_config(args.config) if args.config else RunConfig()
+    cfg = apply_overrides(cfg, args.set)
     changes = {
         k: v
         for k, v in (
@@ -150,7 +193,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
             ("model", args.model),
             ("policy", args.policy),
             ("iterations", args.iterations),
-            ("resume", args.resume),
+            ("resume", None if resume_folder else args.resume),
             ("warm_start_steps", args.warm_start_steps),
             ("trainer_ranks", args.trainer_ranks),
             ("dispatch", args.dispatch),
@@ -166,8 +209,9 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         changes["generator"] = gen
         if gen.sglang.urls and gen.backend == "sglang":
             changes["num_generators"] = len(gen.sglang.urls)
-    out = args.out or f"runs/run-{time.strftime('%Y%m%d-%H%M%S')}"
-    return dataclasses.replace(cfg, out_dir=out, **changes)
+    if not resume_folder:
+        changes["out_dir"] = args.out or f"runs/run-{time.strftime('%Y%m%d-%H%M%S')}"
+    return dataclasses.replace(cfg, **changes)
 
 
 async def _train_routed(cfg: Any, report: Any) -> Any:

@@ -1,8 +1,29 @@
-"""`seer sim <what>`: the rollout simulator: validate it, run Seer's scale, or split a gap."""
+"""`seer sim NAME`: the rollout simulator: validate it, run Seer's scale, or split a gap.
+
+Each simulator command's module declares its flags (`add_arguments`) and runs from them
+(`run_args`); `--json` every one takes. `seer sim NAME --help` lists that command's flags.
+"""
 
 from __future__ import annotations
 
 import argparse
+
+from pipeline.cli.lazy import Command, add_commands, run_chosen
+
+SIMS = {
+    "validate": Command(
+        "pipeline.sim.validate", "the simulator against live rollouts on this machine"
+    ),
+    "seer": Command("pipeline.sim.seer", "Seer's ablation at Seer's scale on the H200 tables"),
+    "gap": Command(
+        "pipeline.sim.gap", "context-aware's gap to the oracle at Seer's scale, by cause"
+    ),
+}
+
+
+def common_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags every simulator command takes."""
+    parser.add_argument("--json", help="write the result as JSON here (a PNG beside it)")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -10,73 +31,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         "sim",
         help="the rollout simulator: validate it, run Seer's scale, or split context-aware's "
         "gap to the oracle into its causes",
+        description="The rollout simulator; `seer sim NAME --help` lists a command's flags.",
     )
-    sim.add_argument("what", choices=("validate", "seer", "gap"))
-    sim.add_argument("--json", help="write the result as JSON here (a PNG beside it)")
-    sim.add_argument("--quick", action="store_true", help="validate: the small workload")
-    sim.add_argument("--seeds", type=int, default=3, help="validate: live seeds (>= 3)")
-    sim.add_argument(
-        "--table", help="validate: a `seer profile` table (default: this machine's cached one)"
-    )
-    sim.add_argument(
-        "--reprofile", action="store_true", help="validate: measure the cached table again"
-    )
-    sim.add_argument("--no-drafts", action="store_true", help="validate: skip +drafts runs")
-    sim.add_argument(
-        "--fixed-table",
-        action="store_true",
-        help="validate: replay on the cached table only (default: a table measured in passes "
-        "between the live blocks, the cached one compared)",
-    )
-    sim.add_argument("--traces", help="validate: replay the traces in this folder (no live runs)")
-    sim.add_argument(
-        "--temperature",
-        type=float,
-        help="validate: the live samples' temperature (default 0.03: the random bench model's "
-        "siblings repeat each other, so grouped drafts find text; at 1.0 they share none)",
-    )
-    sim.add_argument("--workload", action="append", help="seer: moonlight, qwen2-vl-72b, kimi-k2")
-    sim.add_argument("--scale", type=float, default=1.0, help="seer: fraction of the groups")
-    sim.add_argument("--chunk-size", type=int, help="seer: tokens per chunk (default 4096)")
-    sim.add_argument("--instances", type=int, default=32, help="seer: generator instances")
+    add_commands(sim, "what", SIMS, common_flags)
     return sim
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the simulator command named by `what` (validate, seer or gap)."""
-    if args.what == "validate":
-        from pipeline.sim import validate
-
-        validate.run(
-            args.json,
-            quick=args.quick,
-            seeds=args.seeds,
-            table=args.table,
-            drafts=not args.no_drafts,
-            traces=args.traces,
-            reprofile=args.reprofile,
-            interleave=not args.fixed_table,
-            temperature=validate.TEMPERATURE if args.temperature is None else args.temperature,
-        )
-    elif args.what == "gap":
-        from pipeline.sim import gap
-
-        gap.run(
-            args.json,
-            workloads=tuple(args.workload) if args.workload else ("qwen2-vl-72b", "kimi-k2"),
-            scale=args.scale,
-            chunk_size=args.chunk_size or 4096,
-            num_instances=args.instances,
-        )
-    else:
-        from pipeline.sim import seer
-
-        workloads = tuple(args.workload) if args.workload else tuple(seer.SEER_WORKLOADS)
-        seer.run(
-            args.json,
-            workloads=workloads,
-            scale=args.scale,
-            chunk_size=args.chunk_size or 4096,
-            num_instances=args.instances,
-        )
-    return 0
+run = run_chosen

@@ -79,7 +79,7 @@ async def launch_local(config: PipelineConfig) -> AsyncIterator[Cluster]:
     cluster = Cluster(config, transport)
 
     def spawn(path: Path, status: ActorStatus) -> None:
-        status.log_path = run_dir / "logs" / f"{status.role}-{status.index}.log"
+        status.log_path = config.log_folder() / f"{status.role}-{status.index}.log"
         with status.log_path.open("ab") as log_file:
             status.process = _spawn(path, status.role, status.index, log_file)
 

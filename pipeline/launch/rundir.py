@@ -1,6 +1,7 @@
 """The run folder of a local launch: private to its user, and left without sockets.
 
-`<root>/<run id>/` holds the topology's `config.toml`, the actors' logs (`logs/`) and,
+`<root>/<run id>/` holds the topology's `config.toml`, the actors' logs (`logs/`, unless
+`log_dir` puts them elsewhere: `seer run` puts them in its run folder) and,
 over ipc, every actor's socket, whose protection is the folder's mode (ZeroMQ's ipc
 sockets have no authentication). The root is `transport.run_dir`, by default
 `$TMPDIR/seer-<uid>` (one per user: a folder shared by all users made a second user's
@@ -23,14 +24,14 @@ from pipeline.config import ConfigError, PipelineConfig
 
 
 def make_run_dir(config: PipelineConfig) -> Path:
-    """Create (or check) the run folder of `config` and its `logs/`; its path."""
+    """Create (or check) the run folder of `config` and its logs folder; its path."""
     run_dir = config.run_dir
     if config.transport.run_dir:
         run_dir.parent.mkdir(parents=True, exist_ok=True)  # the user's own choice of root
     else:
         private_folder(run_dir.parent)
     private_folder(run_dir)
-    (run_dir / "logs").mkdir(exist_ok=True)
+    config.log_folder().mkdir(parents=True, exist_ok=True)
     return run_dir
 
 

@@ -26,11 +26,18 @@ def results_table(
     caption: str | None = None,
     justify: JustifyMethod = "right",
 ) -> Table:
-    """A table of ``rows`` under ``columns``, every column justified alike."""
-    table = Table(title=title, caption=caption)
+    """A table of ``rows`` under ``columns``, every column justified alike; no rows is an
+    empty table captioned "no results" (unless ``caption`` says otherwise); a row whose
+    length is not the columns' is a ``ValueError`` naming it."""
+    rows = list(rows)
+    table = Table(title=title, caption=caption if caption or rows else "no results")
     for column in columns:
         table.add_column(column, justify=justify)
-    for row in rows:
+    for i, row in enumerate(rows):
+        if len(row) != len(columns):
+            raise ValueError(
+                f"{title}: row {i} has {len(row)} cells for {len(columns)} columns: {row!r}"
+            )
         table.add_row(*row)
     return table
 

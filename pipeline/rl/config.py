@@ -10,11 +10,16 @@ from typing import Any, Literal
 
 from actors.generator import GeneratorOptions
 from actors.model import ModelOptions
+from actors.scheduler.policy import POLICY_NAMES
 from actors.trainer.options import TrainerOptions
 from pipeline.config import ActorGroup, ConfigError, PipelineConfig, Topology, TransportConfig
 from pipeline.rollout.api import rollout_config
 from pipeline.tasks import Task, TaskError, supports_sft
 from pipeline.tasks.warmstart import DEFAULT_STEPS, warm_start
+
+#: the scheduling policies an RL run takes ("" = the scheduler's default, context_aware;
+#: "oracle" needs true lengths, which a run does not have)
+RUN_POLICIES = ("", *(name for name in POLICY_NAMES if name != "oracle"))
 
 #: `RunConfig.trainer`'s default: the GRPO step the quick start's figures were measured with
 RUN_TRAINER = TrainerOptions(lr=1e-3, micro_batch_size=32, mini_batch_size=128)
@@ -83,6 +88,9 @@ class RunConfig:
     resume: str = ""
     #: iterations between checkpoints
     checkpoint_every: int = 5
+    #: checkpoints kept: the latest in `checkpoint/`, the K - 1 before it in
+    #: `checkpoint-<iteration>/` (older ones deleted)
+    keep_checkpoints: int = 1
     #: held-out prompts scored before training and every `eval_every` iterations (0: none)
     eval_prompts: int = 256
     #: samples per held-out prompt
@@ -149,6 +157,13 @@ class RunConfig:
                 )
         if self.warm_start_steps < 0:
             raise ValueError("RunConfig.warm_start_steps must be >= 0 (0: no warm start)")
+        if self.keep_checkpoints < 1:
+            raise ValueError("RunConfig.keep_checkpoints must be >= 1 (the latest)")
+        if self.policy not in RUN_POLICIES and self.policy != "oracle":
+            raise ValueError(
+                f"RunConfig.policy {self.policy!r} is not one of {list(RUN_POLICIES)} "
+                '("" = context_aware)'
+            )
         if self.policy == "oracle":  # it would silently be "fewest generated first"
             raise ValueError(
                 "RunConfig.policy 'oracle' needs true output lengths, which an RL run does "
@@ -274,8 +289,12 @@ def rl_topology(cfg: RunConfig, model_path: str, task: Task | None = None) -> Pi
         trainer = dataclasses.replace(trainer, dist_addr=cfg.hosts.get("trainer", ("",))[0])
     group = ActorGroup(role="trainer", kind="trainer", count=ranks, options=options_table(trainer))
     topology = Topology(actors=(*base.topology.actors, group))
+    logs = str(Path(cfg.out_dir).absolute() / "logs")  # the actors' logs in the run folder
     return placed(
-        dataclasses.replace(base, topology=topology, ready_timeout_s=cfg.ready_timeout_s), cfg
+        dataclasses.replace(
+            base, topology=topology, ready_timeout_s=cfg.ready_timeout_s, log_dir=logs
+        ),
+        cfg,
     )
 
 

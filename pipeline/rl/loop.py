@@ -23,6 +23,7 @@ from pipeline.rl.config import (
 )
 from pipeline.rl.layout_switch import current_layout, make_selector, switch_layout
 from pipeline.rl.ranks import load_on_every_rank, stream_spec, train_across_ranks, train_streamed
+from pipeline.rl.runfolder import keep_rows_before, make_room, save_run_config
 from pipeline.rl.steps import send_train_step
 from pipeline.rollout import Rollout
 from pipeline.rollout.api import Group, RolloutError, RolloutResult
@@ -49,7 +50,7 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
     check_prompt_lengths(task, cfg.generator.model.max_context - 1)  # room for one token
     model_path = warm_model(cfg, task, progress)
     out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    save_run_config(cfg, out)  # what `seer run --resume <out>` continues from
     rows: list[dict[str, Any]] = []
     selector = make_selector(cfg)
     async with contextlib.AsyncExitStack() as stack:
@@ -64,6 +65,7 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
         if cfg.resume:  # the trainer restores weights, optimiser, RNG and publishes them
             report = await load_on_every_rank(rollout, cfg.trainer_ranks, cfg.resume)
             first = report.iteration + 1
+            keep_rows_before(out, first)  # resumed in its own folder: those run again
         curriculum = make_curriculum(cfg, task, Path(cfg.resume) if cfg.resume else None)
         held_out = task.sample_prompts(cfg.eval_prompts, np.random.default_rng([cfg.seed, 10**9]))
         eval_before = None  # (mean reward, success rate)
@@ -164,6 +166,7 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 f.write(json.dumps(row) + "\n")
             result.save(out / "last-rollout")
             if cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0:
+                make_room(out, cfg.keep_checkpoints)
                 await rollout.call_actor(
                     "trainer", SaveCheckpoint(path=str(out / "checkpoint"), iteration=it)
                 )

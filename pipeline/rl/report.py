@@ -75,7 +75,9 @@ class LiveReport:
 
 
 def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
-    table = Table(title=title)
+    """First, last, best and mean of each figure over the iterations' rows; a figure no row
+    has is "-", and no rows at all is an empty table that says so."""
+    table = Table(title=title, caption=None if rows else "no iterations ran")
     for label in ("", "first", "last", "best", "mean"):
         table.add_column(label, justify="right")
     for key, label in (
@@ -87,7 +89,10 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
         ("tail_s", "tail s"),
         ("mean_accept_len", "accept len"),
     ):
-        values = [float(r.get(key, 0.0)) for r in rows]
+        values = [float(r[key]) for r in rows if r.get(key) is not None]
+        if not values:
+            table.add_row(label, "-", "-", "-", "-")
+            continue
         table.add_row(
             label,
             f"{values[0]:.3g}",
@@ -99,6 +104,7 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
 
 
 def plot_rewards(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Reward and time per iteration as a PNG at `path` (no rows: empty axes that say so)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -122,6 +128,9 @@ def plot_rewards(rows: list[dict[str, Any]], path: Path) -> Path:
     ax2.set_xlabel("iteration")
     ax2.legend()
     ax2.set_title("time per iteration")
+    if not rows:
+        for ax in (ax1, ax2):
+            ax.text(0.5, 0.5, "no iterations ran", ha="center", transform=ax.transAxes)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -129,4 +138,7 @@ def plot_rewards(rows: list[dict[str, Any]], path: Path) -> Path:
 
 
 def load_rows(path: Path) -> list[dict[str, Any]]:
+    """A run's `metrics.jsonl` rows (`FileNotFoundError` naming it if the run wrote none)."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no metrics (the run finished no iteration)")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

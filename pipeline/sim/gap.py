@@ -21,6 +21,7 @@ when its first chunk started and how long it waited between chunks. Everything s
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import itertools
 import time
@@ -39,7 +40,15 @@ from pipeline.sim.simulator import SimConfig, SimRequest, simulate
 from pipeline.sim.workload import SEER_WORKLOADS, seer_requests
 from transport.messages import RolloutRecord
 
-__all__ = ["VARIANTS", "TrueGroupMax", "critical_request", "run", "run_workload"]
+__all__ = [
+    "VARIANTS",
+    "TrueGroupMax",
+    "add_arguments",
+    "critical_request",
+    "run",
+    "run_args",
+    "run_workload",
+]
 
 VARIANTS = (
     "divided",
@@ -230,3 +239,26 @@ def _table(result: dict[str, Any]) -> Table:
             )
     title = "seer sim gap (SIMULATED): context-aware against the oracle, by cause"
     return results_table(title, cols, rows)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`seer sim gap`'s own flags (beside --json)."""
+    parser.add_argument(
+        "--workload",
+        action="append",
+        help=f"default qwen2-vl-72b and kimi-k2; repeat for several: {', '.join(SEER_WORKLOADS)}",
+    )
+    parser.add_argument("--scale", type=float, default=1.0, help="fraction of the groups")
+    parser.add_argument("--chunk-size", type=int, default=4096, help="tokens per chunk")
+    parser.add_argument("--instances", type=int, default=32, help="generator instances")
+
+
+def run_args(args: argparse.Namespace) -> None:
+    """`seer sim gap` from its parsed flags."""
+    run(
+        args.json,
+        workloads=tuple(args.workload) if args.workload else ("qwen2-vl-72b", "kimi-k2"),
+        scale=args.scale,
+        chunk_size=args.chunk_size,
+        num_instances=args.instances,
+    )

@@ -19,6 +19,7 @@ and per stretch, not per token.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import tempfile
 import time
@@ -37,7 +38,15 @@ from pipeline.sim.simulator import SimConfig, simulate
 from pipeline.sim.workload import SEER_WORKLOADS, seer_requests
 from transport.messages import RolloutRecord
 
-__all__ = ["POLICIES", "SEER_PUBLISHED", "SEER_WORKLOADS", "run"]
+__all__ = [
+    "POLICIES",
+    "QUICK_SCALE",
+    "SEER_PUBLISHED",
+    "SEER_WORKLOADS",
+    "add_arguments",
+    "run",
+    "run_args",
+]
 
 # (scheduler policy, speculation, KV pool) per ablation step
 POLICIES: dict[str, tuple[str, str, str]] = {
@@ -221,3 +230,35 @@ def _table(result: dict[str, Any]) -> Table:
             )
     title = "seer sim seer (SIMULATED: 32 x H200 cost tables, Seer's workload statistics)"
     return results_table(title, cols, rows)
+
+
+#: `seer sim seer --quick`: one workload at this fraction of its groups (a smoke test)
+QUICK_SCALE = 0.02
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`seer sim seer`'s own flags (beside --json)."""
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a smoke test: moonlight (unless --workload) at --scale {QUICK_SCALE}",
+    )
+    parser.add_argument(
+        "--workload", action="append", help=f"repeat for several: {', '.join(SEER_WORKLOADS)}"
+    )
+    parser.add_argument("--scale", type=float, help="fraction of the groups (default 1)")
+    parser.add_argument("--chunk-size", type=int, default=4096, help="tokens per chunk")
+    parser.add_argument("--instances", type=int, default=32, help="generator instances")
+
+
+def run_args(args: argparse.Namespace) -> None:
+    """`seer sim seer` from its parsed flags."""
+    default = ("moonlight",) if args.quick else tuple(SEER_WORKLOADS)
+    scale = args.scale if args.scale is not None else (QUICK_SCALE if args.quick else 1.0)
+    run(
+        args.json,
+        workloads=tuple(args.workload) if args.workload else default,
+        scale=scale,
+        chunk_size=args.chunk_size,
+        num_instances=args.instances,
+    )

@@ -11,6 +11,7 @@ from actors.model import ModelOptions
 from pipeline.rl.config import RUN_TRAINER, RunConfig
 from pipeline.rl.loop import train
 from pipeline.rl.report import load_rows
+from pipeline.rl.runfolder import checkpoints, load_run_config, resume_from
 
 pytestmark = pytest.mark.anyio
 
@@ -58,6 +59,10 @@ async def test_one_full_iteration_over_real_processes(tmp_path: Path) -> None:
     ):
         assert key in row
     assert (tmp_path / "run" / "last-rollout" / "timeline.png").exists()
+    # the run folder holds the resolved config and the actors' logs
+    assert load_run_config(tmp_path / "run" / "config.toml") == toy_config(tmp_path)
+    logs = {p.name for p in (tmp_path / "run" / "logs").iterdir()}
+    assert {"generator-0.log", "generator-1.log", "scheduler-0.log", "trainer-0.log"} <= logs
     # the last iteration scores the held-out prompts: mean reward and success rate (reward 1),
     # before training and now; rewards lie in [0, 1], so success can never exceed the mean
     for when in ("", "_before"):
@@ -79,14 +84,15 @@ async def test_reward_rises_and_resume_continues_the_same_run(
     rewards = [r["reward_mean"] for r in rows]
     assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3 + 0.1, rewards
     first = dataclasses.replace(
-        cfg, iterations=4, checkpoint_every=4, out_dir=str(tmp_path / "first")
+        cfg, iterations=4, checkpoint_every=2, keep_checkpoints=2, out_dir=str(tmp_path / "first")
     )
-    await train(first)  # checkpoint after iteration 3
-    resumed = await train(
-        dataclasses.replace(
-            cfg, out_dir=str(tmp_path / "second"), resume=str(tmp_path / "first" / "checkpoint")
-        )
-    )
+    await train(first)  # checkpoints after iterations 1 and 3
+    # `seer run --resume FOLDER`: its saved config and latest checkpoint, in the same folder
+    saved, checkpoint = resume_from(tmp_path / "first")
+    assert saved == first and checkpoint == tmp_path / "first" / "checkpoint"
+    resumed = await train(dataclasses.replace(saved, iterations=8, resume=str(checkpoint)))
     assert [r["iteration"] for r in resumed] == [4, 5, 6, 7]
     keys = ("reward_mean", "output_tokens", "weight_version")
     assert [[r[k] for k in keys] for r in resumed] == [[r[k] for k in keys] for r in rows[4:]]
+    assert load_rows(tmp_path / "first" / "metrics.jsonl")[4:] == resumed
+    assert [i for i, _ in checkpoints(tmp_path / "first")] == [5, 7]  # the last two kept

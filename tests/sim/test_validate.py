@@ -279,7 +279,7 @@ def test_the_command_line_passes_the_table_choice(monkeypatch: pytest.MonkeyPatc
     from pipeline.cli.main import main
 
     calls: list[dict[str, object]] = []
-    monkeypatch.setattr(validate, "run", lambda *a, **kw: calls.append(kw))
+    monkeypatch.setattr(validate.command, "run", lambda *a, **kw: calls.append(kw))
     assert main(["sim", "validate", "--quick"]) == 0
     assert main(["sim", "validate", "--quick", "--fixed-table", "--seeds", "5"]) == 0
     assert calls[0]["interleave"] is True and calls[1]["interleave"] is False

@@ -14,7 +14,7 @@ as live does. How and why: docs/sim-validation-method.md.
 - ``report.py``: the table, its caption, the JSON file.
 """
 
-from pipeline.sim.validate.command import run
+from pipeline.sim.validate.command import add_arguments, run, run_args
 from pipeline.sim.validate.live import (
     QUICK_MEAN,
     SIZES,
@@ -57,6 +57,7 @@ __all__ = [
     "TEMPERATURE",
     "Pool",
     "Streams",
+    "add_arguments",
     "centred",
     "cost_factors",
     "instance_paces",
@@ -65,6 +66,7 @@ __all__ = [
     "noise_floor",
     "pool_key",
     "run",
+    "run_args",
     "sign_test",
     "teacher_forced_error",
     "worst_noise_floor",

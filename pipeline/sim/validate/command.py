@@ -10,6 +10,7 @@ were measured against: docs/sim-validation-method.md.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import json
@@ -327,3 +328,41 @@ def _load_average() -> float:
         return os.getloadavg()[0]
     except OSError:
         return float("nan")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`seer sim validate`'s own flags (beside --json)."""
+    parser.add_argument("--quick", action="store_true", help="the small workload")
+    parser.add_argument("--seeds", type=int, default=3, help="live seeds (>= 3)")
+    parser.add_argument("--table", help="a `seer profile` table (default: the cached one)")
+    parser.add_argument("--reprofile", action="store_true", help="measure the cached table again")
+    parser.add_argument("--no-drafts", action="store_true", help="skip the +drafts runs")
+    parser.add_argument(
+        "--fixed-table",
+        action="store_true",
+        help="replay on the cached table only (default: a table measured in passes between "
+        "the live blocks, the cached one compared)",
+    )
+    parser.add_argument("--traces", help="replay the traces in this folder (no live runs)")
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=TEMPERATURE,
+        help=f"the live samples' temperature (default {TEMPERATURE}: the random bench model's "
+        "siblings repeat each other, so grouped drafts find text; at 1.0 they share none)",
+    )
+
+
+def run_args(args: argparse.Namespace) -> None:
+    """`seer sim validate` from its parsed flags."""
+    run(
+        args.json,
+        quick=args.quick,
+        seeds=args.seeds,
+        table=args.table,
+        drafts=not args.no_drafts,
+        traces=args.traces,
+        reprofile=args.reprofile,
+        interleave=not args.fixed_table,
+        temperature=args.temperature,
+    )
