@@ -154,7 +154,11 @@ class WandbSink:
         self.run.log({name: table}, step=step)
 
     def close(self) -> None:
+        """Finish the run; with no other wandb run open in this process, wait for wandb's
+        service to write everything out (its run file is complete when this returns)."""
         self.run.finish()
+        if self.wandb.run is None:
+            self.wandb.teardown()
 
 
 SinkFactory = Callable[[Path, Mapping[str, Any], str], Sink]
