@@ -70,10 +70,11 @@ class SinkUnavailableError(ConfigError):
 def scalar_tags(row: Mapping[str, Any]) -> dict[str, float]:
     """The numbers of a metrics row as ``group/key`` scalars: nested tables and lists of
     numbers flatten to ``group/key/sub``; strings, booleans, None, NaN and the row's
-    ``iteration`` (the step) are left out."""
+    ``iteration`` (the step) are left out, and so are ``eval_*_before``: the held-out score
+    before RL, which the loop logs at its own step."""
     out: dict[str, float] = {}
     for key, value in row.items():
-        if key != "iteration":
+        if key != "iteration" and not (key.startswith("eval_") and key.endswith("_before")):
             _flatten(f"{_group(key)}/{key}", value, out)
     return out
 

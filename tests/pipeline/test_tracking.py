@@ -33,6 +33,7 @@ ROW = {
     "train_loss": -0.1,
     "train_logprob_gap_max": float("nan"),
     "eval_reward": 0.6,
+    "eval_reward_before": 0.4,
     "weight_version": 5,
     "samples_per_rank": [10, 12],
     "policy": "context_aware",
@@ -55,7 +56,7 @@ def test_a_row_becomes_grouped_scalars_under_its_own_keys() -> None:
         "run/weight_version": 5.0,
         "run/samples_per_rank/0": 10.0,
         "run/samples_per_rank/1": 12.0,
-    }  # no iteration (the step), no strings, booleans or NaN
+    }  # no iteration (the step), no strings, booleans or NaN, no score before RL
 
 
 def test_tensorboard_and_wandb_read_back_what_was_logged(tmp_path: Path) -> None:
