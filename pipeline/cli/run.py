@@ -131,6 +131,13 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     console.print(f"wrote {folder}/metrics.jsonl, reward.png, rollout-timeline.png")
+    if "tensorboard" in cfg.report_to:
+        console.print(f"TensorBoard: tensorboard --logdir {folder}/tensorboard")
+    if "wandb" in cfg.report_to:
+        console.print(
+            f"wandb: {folder}/wandb/ (offline: upload with "
+            f"`wandb sync {folder}/wandb/offline-run-*`)"
+        )
     return 0
 
 
