@@ -71,6 +71,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         "sends it to its rank as it finishes) or driver (gather, score, then send: comparison)",
     )
     run.add_argument("--out", help="run folder (default: runs/run-<time>)")
+    run.add_argument(
+        "--report-to",
+        action="append",
+        metavar="SINKS",
+        help="experiment trackers besides metrics.jsonl, comma-separated or repeated: "
+        "tensorboard, wandb (offline unless WANDB_MODE is set), none; files in the run folder",
+    )
     run.add_argument("--backend", choices=("builtin", "sglang"), help="the generators' engine")
     run.add_argument(
         "--sglang-url",
@@ -157,6 +164,13 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     console.print(f"wrote {folder}/metrics.jsonl, reward.png, rollout-timeline.png")
+    if "tensorboard" in cfg.report_to:
+        console.print(f"TensorBoard: tensorboard --logdir {folder}/tensorboard")
+    if "wandb" in cfg.report_to:
+        console.print(
+            f"wandb: {folder}/wandb/ (offline: upload with "
+            f"`wandb sync {folder}/wandb/offline-run-*`)"
+        )
     return 0
 
 
@@ -197,6 +211,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
             ("warm_start_steps", args.warm_start_steps),
             ("trainer_ranks", args.trainer_ranks),
             ("dispatch", args.dispatch),
+            ("report_to", report_to(args.report_to)),
         )
         if v is not None
     }
@@ -212,6 +227,15 @@ def run_config(args: argparse.Namespace) -> RunConfig:
     if not resume_folder:
         changes["out_dir"] = args.out or f"runs/run-{time.strftime('%Y%m%d-%H%M%S')}"
     return dataclasses.replace(cfg, **changes)
+
+
+def report_to(values: list[str] | None) -> tuple[str, ...] | None:
+    """`--report-to` values (comma-separated, repeatable; "none" clears the TOML's list) as
+    `RunConfig.report_to`, or None when the flag is not given."""
+    if values is None:
+        return None
+    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    return tuple(dict.fromkeys(n for n in names if n != "none"))
 
 
 async def _train_routed(cfg: Any, report: Any) -> Any:

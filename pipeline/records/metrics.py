@@ -85,6 +85,33 @@ def compute_metrics(record: RolloutRecord, *, per_token_s: float | None = None) 
     }
 
 
+#: the scalar figures of `compute_metrics` an RL run's metrics row carries (timing,
+#: balance, preemption and speculation; the queueing delays are a table of four)
+ROLLOUT_FIGURES = (
+    "makespan_s",
+    "output_tokens",
+    "throughput_tok_s",
+    "tail_s",
+    "idle_fraction",
+    "num_chunks",
+    "chunks_moved",
+    "num_reprefilled_tokens",
+    "num_preemptions",
+    "num_recomputed_tokens",
+    "num_spec_steps",
+    "mean_accept_len",
+    "num_draft_tokens",
+    "num_accepted_tokens",
+    "accept_rate",
+    "queueing_delay_s",
+)
+
+
+def rollout_figures(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The `ROLLOUT_FIGURES` of a `compute_metrics` result (those it has)."""
+    return {k: metrics[k] for k in ROLLOUT_FIGURES if k in metrics}
+
+
 def speculation_metrics(chunks: Sequence[ChunkRecord]) -> dict[str, float]:
     """Mean acceptance length (tokens per verify step, bonus token included: 1.0 without
     speculation), draft nodes offered and accepted, and the acceptance rate."""

@@ -13,6 +13,7 @@ from actors.model import ModelOptions
 from actors.scheduler.policy import POLICY_NAMES
 from actors.trainer.options import TrainerOptions
 from pipeline.config import ActorGroup, ConfigError, PipelineConfig, Topology, TransportConfig
+from pipeline.records.sinks import SINKS
 from pipeline.rollout.api import rollout_config
 from pipeline.tasks import Task, TaskError, supports_sft
 from pipeline.tasks.warmstart import DEFAULT_STEPS, warm_start
@@ -131,6 +132,15 @@ class RunConfig:
     scorer: str = "pipeline.tasks.scoring:task_reward"
     #: a `seer bench layouts` JSON: switch generator layouts by context length ("" = never)
     layout_profile: str = ""
+    #: experiment trackers the run's figures go to besides metrics.jsonl, written into the
+    #: run folder: "tensorboard" (event files in `tensorboard/`) and "wandb" (offline unless
+    #: WANDB_MODE says otherwise, in `wandb/`); each is an extra (`seer-rl[wandb]`)
+    report_to: tuple[str, ...] = ()
+    #: iterations between tables of sample completions rendered by the task (to the
+    #: trackers and `samples.jsonl`; 0 = none)
+    log_samples_every: int = 10
+    #: sample completions per table (sample 0 of the first prompts of the iteration)
+    num_logged_samples: int = 8
 
     def __post_init__(self) -> None:
         for name in ("iterations", "prompts_per_iteration", "group_size", "max_new_tokens"):
@@ -155,6 +165,7 @@ class RunConfig:
                     f"RunConfig.trainer.{name} is set by the run (the generators' model, the "
                     "task's EOS, RunConfig.seed): leave it out of [trainer]"
                 )
+        check_report_to(self)
         if self.warm_start_steps < 0:
             raise ValueError("RunConfig.warm_start_steps must be >= 0 (0: no warm start)")
         if self.keep_checkpoints < 1:
@@ -170,6 +181,24 @@ class RunConfig:
                 "not have (only `seer bench rollout` forces lengths); use context_aware, "
                 "divided or baseline"
             )
+
+
+def check_report_to(cfg: RunConfig) -> None:
+    """Known sink names (whether they are installed is checked when the run starts) and
+    sample-table counts >= 0; normalises `report_to` (a TOML array) to a tuple."""
+    if isinstance(cfg.report_to, str) or not all(isinstance(n, str) for n in cfg.report_to):
+        raise ConfigError(
+            f"RunConfig.report_to must be a list of sink names, not {cfg.report_to!r}"
+        )
+    unknown = [n for n in cfg.report_to if n not in SINKS]
+    if unknown:
+        raise ConfigError(
+            f"RunConfig.report_to: unknown sinks {unknown}; choose from {sorted(SINKS)}"
+        )
+    object.__setattr__(cfg, "report_to", tuple(cfg.report_to))
+    for name in ("log_samples_every", "num_logged_samples"):
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"RunConfig.{name} must be >= 0")
 
 
 def check_multi_host(cfg: RunConfig) -> None:

@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 
 from actors.model.hf_folder import read_folder
+from pipeline.records.metrics import rollout_figures
+from pipeline.records.sinks import check_sinks
 from pipeline.rl.config import (
     RunConfig,
     launcher_options,
@@ -25,6 +27,13 @@ from pipeline.rl.layout_switch import current_layout, make_selector, switch_layo
 from pipeline.rl.ranks import load_on_every_rank, stream_spec, train_across_ranks, train_streamed
 from pipeline.rl.runfolder import keep_rows_before, make_room, save_run_config
 from pipeline.rl.steps import send_train_step
+from pipeline.rl.tracking import (
+    SAMPLE_COLUMNS,
+    SAMPLE_TABLE,
+    is_sample_iteration,
+    run_tracker,
+    sample_rows,
+)
 from pipeline.rollout import Rollout
 from pipeline.rollout.api import Group, RolloutError, RolloutResult
 from pipeline.tasks import Task, TaskPrompt, check_prompt_lengths, get_task, stop_token_ids
@@ -48,12 +57,14 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
     model_dir = task_model_dir(cfg)
     task = get_task(cfg.task, model_dir=model_dir)
     check_prompt_lengths(task, cfg.generator.model.max_context - 1)  # room for one token
+    check_sinks(cfg.report_to)  # a tracker not installed fails now, not after the warm start
     model_path = warm_model(cfg, task, progress)
     out = Path(cfg.out_dir)
     save_run_config(cfg, out)  # what `seer run --resume <out>` continues from
     rows: list[dict[str, Any]] = []
     selector = make_selector(cfg)
     async with contextlib.AsyncExitStack() as stack:
+        tracker = stack.enter_context(run_tracker(cfg))
         rollout = await stack.enter_async_context(
             Rollout(
                 rl_topology(cfg, model_path, task),
@@ -71,6 +82,8 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
         eval_before = None  # (mean reward, success rate)
         if cfg.eval_prompts:
             eval_before = await evaluate_held_out(rollout, task, held_out, cfg)
+            before = dict(zip(("eval_reward", "eval_success"), eval_before, strict=True))
+            tracker.log_row(before, step=first)  # the held-out score after `first` iterations
         for it in range(first, cfg.iterations):
             rng = np.random.default_rng([cfg.seed, it])  # resumable: a function of (seed, it)
             prompts = draw_prompts(task, curriculum, cfg.prompts_per_iteration, rng)
@@ -128,11 +141,7 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 "success_rate": float(np.mean(np.asarray(rewards) >= 1.0)),
                 "rollout_s": rollout_s,
                 "train_s": time.perf_counter() - start,
-                "throughput_tok_s": metrics["throughput_tok_s"],
-                "tail_s": metrics["tail_s"],
-                "mean_accept_len": metrics["mean_accept_len"],
-                "accept_rate": metrics["accept_rate"],
-                "output_tokens": metrics["output_tokens"],
+                **rollout_figures(metrics),
                 "weight_version": report.version,
                 "num_error_samples": num_errors,
                 "num_reward_errors": num_reward_errors,
@@ -164,6 +173,13 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
             rows.append(row)
             with (out / "metrics.jsonl").open("a") as f:
                 f.write(json.dumps(row) + "\n")
+            tracker.log_row(row)
+            if is_sample_iteration(cfg, it):
+                table = sample_rows(
+                    task, prompts, result.groups, rewards, iteration=it,
+                    num_rows=cfg.num_logged_samples,
+                )  # fmt: skip
+                tracker.log_table(it + 1, SAMPLE_TABLE, SAMPLE_COLUMNS, table)
             result.save(out / "last-rollout")
             if cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0:
                 make_room(out, cfg.keep_checkpoints)

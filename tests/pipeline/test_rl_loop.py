@@ -1,17 +1,21 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import tests.pipeline.toytask  # noqa: F401  (registers the say7 task)
 from actors.generator import GeneratorOptions
 from actors.model import ModelOptions
+from pipeline.records.sinks import scalar_tags
 from pipeline.rl.config import RUN_TRAINER, RunConfig
 from pipeline.rl.loop import train
 from pipeline.rl.report import load_rows
 from pipeline.rl.runfolder import checkpoints, load_run_config, resume_from
+from tests.pipeline import wandb_files
 
 pytestmark = pytest.mark.anyio
 
@@ -44,7 +48,8 @@ def toy_config(tmp_path: Path, **kw: object) -> RunConfig:
 
 
 async def test_one_full_iteration_over_real_processes(tmp_path: Path) -> None:
-    rows = await train(toy_config(tmp_path))
+    cfg = toy_config(tmp_path, report_to=("tensorboard", "wandb"), log_samples_every=1)
+    rows = await train(cfg)
     [row] = rows
     assert row["weight_version"] == 1 and row["output_tokens"] > 0
     assert load_rows(tmp_path / "run" / "metrics.jsonl") == rows
@@ -68,6 +73,34 @@ async def test_one_full_iteration_over_real_processes(tmp_path: Path) -> None:
     for when in ("", "_before"):
         reward, success = row[f"eval_reward{when}"], row[f"eval_success{when}"]
         assert 0.0 <= success <= reward <= 1.0
+    check_tracked(tmp_path / "run", row)
+
+
+def check_tracked(folder: Path, row: dict[str, Any]) -> None:
+    """The run's trackers hold its row (step 1: one iteration done), the held-out score
+    before RL (step 0) and a table of rendered samples; the same table in samples.jsonl."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder / "tensorboard"))
+    events.Reload()
+    assert set(scalar_tags(row)) <= set(events.Tags()["scalars"])
+    for key in ("reward_mean", "eval_reward", "train_loss", "mean_accept_len", "num_chunks"):
+        assert key in row
+    reward = [(e.step, e.value) for e in events.Scalars("reward/reward_mean")]
+    assert reward == [(1, pytest.approx(row["reward_mean"]))]
+    evals = [(e.step, e.value) for e in events.Scalars("eval/eval_reward")]
+    assert evals == [
+        (0, pytest.approx(row["eval_reward_before"])),
+        (1, pytest.approx(row["eval_reward"])),
+    ]
+    samples = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 4 and {s["step"] for s in samples} == {1}  # one per prompt
+    [text] = events.Tensors("samples/text_summary")
+    assert samples[0]["text"] in text.tensor_proto.string_val[0].decode()
+    history = wandb_files.history(folder)
+    assert [h["_step"] for h in history] == [0, 1]
+    assert history[1]["rollout/throughput_tok_s"] == pytest.approx(row["throughput_tok_s"])
+    assert history[1]["samples/nrows"] == 4
 
 
 @pytest.mark.slow
