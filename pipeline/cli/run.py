@@ -200,7 +200,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
     else:
         cfg = load_run_config(args.config) if args.config else RunConfig()
     cfg = apply_overrides(cfg, args.set)
-    changes = {
+    changes: dict[str, Any] = {
         k: v
         for k, v in (
             ("task", args.task),
