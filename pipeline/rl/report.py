@@ -17,6 +17,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from actors.extras import require
+
 COLUMNS = (
     ("iteration", "it", "{:d}"),
     ("reward_mean", "reward", "{:.3f}"),
@@ -99,8 +101,7 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
 
 
 def plot_rewards(rows: list[dict[str, Any]], path: Path) -> Path:
-    import matplotlib
-
+    matplotlib = require("matplotlib", extra="plot", feature="plot_rewards")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
