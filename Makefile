@@ -2,13 +2,17 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# STAMP: what `make run` needs (CPU torch and the package); DEV_STAMP: what `make test` adds
-# (test tools, transformers, reasoning-gym, Ray, SGLang's router) and SGLang's wheel for the
-# schema tests
+# STAMP: what `make run` needs (CPU torch, the package and matplotlib for the run's PNGs);
+# DEV_STAMP: what `make test` adds (test tools and every other extra: `seer serve`'s ASGI
+# stack, the SGLang client, transformers, reasoning-gym, Ray, SGLang's router, wandb,
+# TensorBoard) and SGLang's wheel for the schema tests
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 # The CPU build of torch lies on this machine's disk; a plain `torch` would pull a CUDA build.
 TORCH := torch==2.13.0
+# pyproject.toml's extras: `make run` draws its report's PNGs; `make test` covers every extra
+RUN_EXTRAS := plot
+TEST_EXTRAS := dev,serve,sglang,hf,tasks,ray,router,wandb,tensorboard
 
 # SGLang's wheel, without dependencies: the tests judge `seer serve` (and the SGLang backend)
 # with its own /generate schema (sglang/api/v1/api_types.py). A cache, never committed.
@@ -39,12 +43,12 @@ $(SGLANG_STAMP): | $(STAMP)
 $(STAMP): pyproject.toml setup.py actors/drafts/_suffix_tree.cpp
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check --no-compile $(TORCH)
-	$(BIN)/pip install -q --disable-pip-version-check --no-compile -e .
+	$(BIN)/pip install -q --disable-pip-version-check --no-compile -e '.[$(RUN_EXTRAS)]'
 	$(COMPILE)
 	touch $(STAMP)
 
 $(DEV_STAMP): $(STAMP)
-	$(BIN)/pip install -q --disable-pip-version-check --no-compile -e '.[dev,hf,tasks,ray,router]'
+	$(BIN)/pip install -q --disable-pip-version-check --no-compile -e '.[$(RUN_EXTRAS),$(TEST_EXTRAS)]'
 	$(COMPILE)
 	touch $(DEV_STAMP)
 

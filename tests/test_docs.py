@@ -50,6 +50,7 @@ def test_every_relative_link_resolves() -> None:
 
 def test_docs_has_the_pages_the_readme_promises() -> None:
     for name in (
+        "install",
         "architecture",
         "seer-rollout",
         "speculative-decoding",

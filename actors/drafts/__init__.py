@@ -15,6 +15,7 @@ from actors.drafts.source import DraftSource
 from actors.drafts.store import DraftStore
 from actors.drafts.suffix_tree import (
     HAVE_COMPILED_CORE,
+    SUFFIX_TREE_IMPL,
     MatcherLike,
     PyMatcher,
     PySuffixTree,
@@ -25,6 +26,7 @@ from actors.drafts.suffix_tree import (
 
 __all__ = [
     "HAVE_COMPILED_CORE",
+    "SUFFIX_TREE_IMPL",
     "AcceptanceStats",
     "Calibration",
     "DraftClient",

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from actors.base import Actor, ActorContext, Handler
 from actors.drafts.options import DraftStoreOptions
 from actors.drafts.store import DraftStore
+from actors.drafts.suffix_tree import SUFFIX_TREE_IMPL
 from transport.messages import (
     DraftDeltas,
     GroupsClosed,
@@ -38,6 +39,9 @@ class DraftTreeStoreActor(Actor):
             keep_history=opts.keep_history,
             history_size=opts.history_size,
         )
+
+    async def on_start(self) -> None:
+        self.log.info("suffix_tree_core", impl=SUFFIX_TREE_IMPL)
 
     def handlers(self) -> Mapping[type[Message], Handler]:
         return {

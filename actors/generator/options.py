@@ -98,6 +98,9 @@ def _builtin(options: GeneratorOptions, index: int) -> Engine:
 
 
 def _sglang(options: GeneratorOptions, index: int) -> RemoteEngine:
+    from actors.extras import require
+
+    require("aiohttp", extra="sglang", feature="the generator backend 'sglang'")
     from actors.generator.sglang.engine import SGLangEngine
 
     return SGLangEngine(

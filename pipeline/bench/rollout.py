@@ -27,7 +27,7 @@ from actors.generator import ChunkRequest, GeneratorOptions, SamplingParams
 from actors.generator.builtin import build_torch_engine
 from pipeline.config import build_options
 from pipeline.records.metrics import compute_metrics
-from pipeline.records.plot import plot_timeline
+from pipeline.records.plot import drawn, maybe_plot_timeline
 from pipeline.records.report import results_table, write_results
 from pipeline.records.trace import load_trace, save_trace
 from pipeline.records.workload import Workload, describe, make_workload, workload_from_trace
@@ -187,10 +187,11 @@ def run(
     console.print(_table(summary))
     folder = Path(out_dir or (Path(json_path).parent if json_path else tempfile.mkdtemp()))
     folder.mkdir(parents=True, exist_ok=True)
-    summary["timeline_png"] = str(plot_timeline(median_runs, folder / "rollout-timeline.png"))
+    png = maybe_plot_timeline(median_runs, folder / "rollout-timeline.png")
+    summary["timeline_png"] = str(png) if png else None
     trace_path = folder / "rollout-trace.json"
     summary["trace"] = str(save_trace(median_runs[policies[-1]], trace_path))
     json_path = json_path or str(folder / "rollout-bench.json")
     write_results(json_path, summary, default=float)
-    console.print(f"wrote {json_path}, {summary['timeline_png']}, {summary['trace']}")
+    console.print(f"wrote {json_path}, {drawn(png)}, {summary['trace']}")
     return summary

@@ -25,10 +25,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
-import httpx
 import torch
 
 from actors.generator import ChunkRequest, SamplingParams
@@ -69,22 +69,25 @@ def _body(i: int, prompt: list[int], new_tokens: int, stream: bool, tag: str) ->
 
 
 async def _http_round(url: str, prompts: list[list[int]], new_tokens: int, stream: bool) -> float:
-    limits = httpx.Limits(max_connections=len(prompts) + 4)
+    import aiohttp
+
     tag = f"b{time.monotonic_ns()}"
-    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
+    connector = aiohttp.TCPConnector(limit=len(prompts) + 4)
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with aiohttp.ClientSession(url, connector=connector, timeout=timeout) as client:
 
         async def one(i: int, prompt: list[int]) -> int:
             body = _body(i, prompt, new_tokens, stream, tag)
-            if not stream:
-                response = await client.post("/generate", json=body)
+            async with client.post("/generate", json=body) as response:
                 response.raise_for_status()
-                return len(response.json()["output_ids"])
-            last: dict[str, Any] = {}
-            async with client.stream("POST", "/generate", json=body) as response:
-                async for line in response.aiter_lines():
+                if not stream:
+                    return len((await response.json())["output_ids"])
+                last: dict[str, Any] = {}
+                async for raw in response.content:
+                    line = raw.decode().rstrip("\r\n")
                     if line.startswith("data: ") and line != "data: [DONE]":
                         last = json.loads(line[len("data: ") :])
-            return len(last["output_ids"])
+                return len(last["output_ids"])
 
         start = time.perf_counter()
         counts = await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
@@ -104,9 +107,10 @@ def _start_server(model_path: Path) -> tuple[subprocess.Popen[str], str]:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"{url}/health_generate", timeout=5).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
+            with urllib.request.urlopen(f"{url}/health_generate", timeout=5) as reply:
+                if reply.status == 200:
+                    return proc, url
+        except OSError:  # refused, reset, timed out, or an HTTP error status
             time.sleep(0.1)
     proc.kill()
     raise RuntimeError("seer serve did not become healthy within 60 s")

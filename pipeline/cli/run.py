@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from pipeline.logs import configure_logging
-    from pipeline.records.plot import plot_timeline
+    from pipeline.records.plot import PLOT_HINT, can_plot, plot_timeline
     from pipeline.records.trace import load_trace
     from pipeline.rl.loop import train
     from pipeline.rl.report import LiveReport, plot_rewards, summary_table
@@ -146,11 +146,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         rows = anyio.run(train, cfg, LiveReport(console))
     folder = Path(out)
-    plot_rewards(rows, folder / "reward.png")
-    trace = folder / "last-rollout" / "trace.json"
-    if trace.exists():
-        record = load_trace(trace)
-        plot_timeline({record.policy: record}, folder / "rollout-timeline.png")
+    pngs = "reward.png, rollout-timeline.png"
+    if can_plot():
+        plot_rewards(rows, folder / "reward.png")
+        trace = folder / "last-rollout" / "trace.json"
+        if trace.exists():
+            record = load_trace(trace)
+            plot_timeline({record.policy: record}, folder / "rollout-timeline.png")
+    else:
+        pngs = f"no PNG plots ({PLOT_HINT})"
     console.print(summary_table(rows, f"{len(rows)} iterations ({cfg.policy or 'context_aware'})"))
     last = rows[-1] if rows else {}
     if "eval_reward_before" in last:
@@ -163,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
                 else ""
             )
         )
-    console.print(f"wrote {folder}/metrics.jsonl, reward.png, rollout-timeline.png")
+    console.print(f"wrote {folder}/metrics.jsonl, {pngs}")
     if "tensorboard" in cfg.report_to:
         console.print(f"TensorBoard: tensorboard --logdir {folder}/tensorboard")
     if "wandb" in cfg.report_to:

@@ -62,6 +62,10 @@ def server_start_s(generator: Mapping[str, Any]) -> float:
 async def routed(options: GeneratorOptions, log_path: Path) -> AsyncIterator[GeneratorOptions]:
     """`options` with SGLang's router launched in front of its servers (`sglang.urls`, which
     it needs): `/generate` goes through it, pinned to each generator's own server."""
+    from actors.extras import require
+
+    require("sglang_router", extra="router", feature="SGLang's router")
+    require("aiohttp", extra="router", feature="SGLang's router")
     from actors.generator.sglang.router import running_router
 
     if options.backend != "sglang" or not options.sglang.urls:

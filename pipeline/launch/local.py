@@ -18,7 +18,6 @@ import ctypes
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,6 +27,7 @@ import anyio
 import structlog
 
 from pipeline.config import PipelineConfig, save_config
+from pipeline.launch.child import actor_command, child_env
 from pipeline.launch.cluster import ActorStatus, Cluster, await_ready
 from pipeline.launch.registry import build_actor, socket_options, validate_topology, zmq_transport
 from pipeline.launch.rundir import make_run_dir, remove_sockets
@@ -52,9 +52,7 @@ def _spawn(
     config_path: Path, role: str, index: int, log_file: IO[bytes]
 ) -> subprocess.Popen[bytes]:
     cmd = [
-        sys.executable,
-        "-m",
-        "pipeline.cli",
+        *actor_command(),  # -P: a user's pipeline/ in the working directory cannot shadow ours
         "actor",
         "--config",
         str(config_path),
@@ -63,7 +61,7 @@ def _spawn(
         "--index",
         str(index),
     ]
-    env = {**os.environ, "SEER_PARENT_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1"}
+    env = child_env({**os.environ, "SEER_PARENT_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1"})
     return subprocess.Popen(
         cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent
     )

@@ -13,6 +13,7 @@ from typing import Any
 
 from actors.base import Actor, ActorContext, AddressBook
 from pipeline.config import CONTROL, ConfigError, PipelineConfig, build_options
+from pipeline.launch.child import allow_working_dir_imports
 from transport.channels import Transport
 from transport.codec import CodecLimits
 from transport.security import CurveKeys
@@ -36,6 +37,7 @@ def resolve_kind(kind: str) -> type[Actor]:
             f"unknown actor kind {kind!r}; use one of {sorted(ACTOR_KINDS)} "
             "or 'package.module:Class'"
         )
+    allow_working_dir_imports()  # a user's actor module, behind the installed packages
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError) as exc:

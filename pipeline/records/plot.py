@@ -8,18 +8,29 @@ request's output length (``color_by="length"``, long = yellow). A solid line mar
 makespan and a dashed line the tail start (when 90% of requests had finished).
 
 matplotlib is imported inside the function and drawn on an Agg canvas, so importing this
-module is cheap and no global backend is set.
+module is cheap and no global backend is set. matplotlib is the ``plot`` extra: `can_plot()`
+says whether it is installed, `PLOT_HINT` how to get it, and `plot_timeline` without it
+raises ``MissingExtraError``.
 """
 
 from __future__ import annotations
 
 import heapq
+import importlib.util
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from actors.extras import install_hint, require
 from pipeline.records.metrics import tail_window
 from transport.messages import ChunkRecord, RolloutRecord
+
+PLOT_HINT = "PNG plots need matplotlib: " + install_hint("plot")
+
+
+def can_plot() -> bool:
+    """Whether matplotlib (the ``plot`` extra) is installed, so the PNGs can be drawn."""
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def plot_timeline(
@@ -30,6 +41,7 @@ def plot_timeline(
         raise ValueError("plot_timeline needs at least one record")
     if color_by not in ("group", "length"):
         raise ValueError(f"color_by must be 'group' or 'length', got {color_by!r}")
+    require("matplotlib", extra="plot", feature="plot_timeline")
     from matplotlib.figure import Figure
 
     lanes = sum(max(r.num_instances, 1) for r in records.values())
@@ -42,6 +54,18 @@ def plot_timeline(
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
     return out
+
+
+def maybe_plot_timeline(
+    records: Mapping[str, RolloutRecord], path: str | Path, *, color_by: str = "group"
+) -> Path | None:
+    """`plot_timeline` when matplotlib is installed, else None (say `PLOT_HINT` then)."""
+    return plot_timeline(records, path, color_by=color_by) if can_plot() else None
+
+
+def drawn(png: Path | None) -> str:
+    """How a report line names a PNG that `maybe_plot_timeline` may not have drawn."""
+    return str(png) if png is not None else f"no PNG ({PLOT_HINT})"
 
 
 def _draw_panel(ax: Any, name: str, record: RolloutRecord, color_by: str) -> None:

@@ -17,6 +17,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from actors.extras import require
+
 COLUMNS = (
     ("iteration", "it", "{:d}"),
     ("reward_mean", "reward", "{:.3f}"),
@@ -105,8 +107,7 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
 
 def plot_rewards(rows: list[dict[str, Any]], path: Path) -> Path:
     """Reward and time per iteration as a PNG at `path` (no rows: empty axes that say so)."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", extra="plot", feature="plot_rewards")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -48,7 +48,7 @@ from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfi
 from pipeline.launch import Cluster, launch
 from pipeline.launch.backend import server_start_s
 from pipeline.records.metrics import compute_metrics, save_metrics
-from pipeline.records.plot import plot_timeline
+from pipeline.records.plot import PLOT_HINT, can_plot, plot_timeline
 from pipeline.records.trace import save_trace
 from pipeline.rollout.checks import GeneratorModel, check_prompts, prompt_specs
 from transport.errors import PeerGone, TransportError
@@ -108,15 +108,20 @@ class RolloutResult:
         return compute_metrics(self.record, per_token_s=per_token_s)
 
     def save(self, folder: str | Path) -> dict[str, Path]:
-        """Write metrics.json, timeline.png and trace.json (replayable) into `folder`."""
+        """Write metrics.json, trace.json (replayable) and, with matplotlib installed (the
+        ``plot`` extra), timeline.png into `folder`; returns the paths written."""
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
         record = self.record
-        return {
+        paths = {
             "metrics": save_metrics(self.metrics(), out / "metrics.json"),
-            "timeline": plot_timeline({record.policy: record}, out / "timeline.png"),
             "trace": save_trace(record, out / "trace.json"),
         }
+        if can_plot():
+            paths["timeline"] = plot_timeline({record.policy: record}, out / "timeline.png")
+        else:
+            structlog.get_logger().info("timeline_not_drawn", hint=PLOT_HINT)
+        return paths
 
 
 def rollout_config(

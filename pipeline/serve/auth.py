@@ -19,7 +19,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from actors.generator.sglang.client import ADMIN_ROUTES
+from actors.generator.sglang.protocol import ADMIN_ROUTES
 
 # ADMIN_ROUTES: the routes SGLang 0.5.23 marks @auth_level(AuthLevel.ADMIN_OPTIONAL), which
 # `seer serve` serves and the SGLang backend calls (one list for both sides)

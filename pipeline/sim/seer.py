@@ -30,7 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pipeline.records.metrics import compute_metrics
-from pipeline.records.plot import plot_timeline
+from pipeline.records.plot import drawn, maybe_plot_timeline
 from pipeline.records.report import results_table, write_results
 from pipeline.sim.acceptance import measure_acceptance
 from pipeline.sim.costmodel import CostModel
@@ -183,11 +183,10 @@ def run(
     folder.mkdir(parents=True, exist_ok=True)
     out = Path(json_path) if json_path else folder / "sim-seer.json"
     write_results(out, result)  # first: the plot of a big run takes a while
-    result["timeline_png"] = str(
-        plot_timeline(timelines, folder / "sim-seer-timeline.png", color_by="length")
-    )
+    png = maybe_plot_timeline(timelines, folder / "sim-seer-timeline.png", color_by="length")
+    result["timeline_png"] = str(png) if png else None
     write_results(out, result)
-    console.print(f"wrote {out} and {result['timeline_png']}")
+    console.print(f"wrote {out} and {drawn(png)}")
     return result
 
 

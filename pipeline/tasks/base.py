@@ -36,13 +36,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+from pipeline.launch.child import allow_working_dir_imports
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -155,9 +155,7 @@ def _import_factory(spec: str) -> Callable[..., Any]:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise TaskError(f"task {spec!r} is not 'package.module:factory'")
-    cwd = os.getcwd()
-    if "" not in sys.path and cwd not in sys.path:  # `seer` as a console script: sys.path[0]
-        sys.path.append(cwd)  # is its bin folder; a user's module lives where they run it
+    allow_working_dir_imports()  # a user's module lives where they run `seer`
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:

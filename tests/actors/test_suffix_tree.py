@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from actors.drafts.suffix_tree import (
     HAVE_COMPILED_CORE,
+    SUFFIX_TREE_IMPL,
     MatcherLike,
     PySuffixTree,
     SpecResult,
@@ -119,6 +120,7 @@ def with_ids(lists: list[list[int]], ids: list[int]) -> dict[int, list[int]]:
 
 def test_selected_impl() -> None:
     assert HAVE_COMPILED_CORE, "the compiled core should be built (pip install -e .)"
+    assert SUFFIX_TREE_IMPL == "compiled"
     from actors.drafts import _suffix_tree
 
     assert SuffixTree is _suffix_tree.SuffixTree  # the pybind11 class itself, no wrapper
@@ -513,7 +515,7 @@ def test_fallback_without_compiled_core() -> None:
         "import sys; sys.modules['actors.drafts._suffix_tree'] = None\n"
         "import actors.drafts.suffix_tree as m\n"
         "assert not m.HAVE_COMPILED_CORE\n"
-        "assert m.SuffixTree is m.PySuffixTree\n"
+        "assert m.SuffixTree is m.PySuffixTree and m.SUFFIX_TREE_IMPL == 'python'\n"
         "t = m.SuffixTree(8); t.append(1, [1, 2, 3]); assert t.count([2]) == 1\n"
     )
     out = subprocess.run(

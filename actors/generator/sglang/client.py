@@ -43,21 +43,13 @@ import aiohttp
 import anyio
 
 from actors.generator.errors import ServerError, ServerLostError
+from actors.generator.sglang.protocol import ADMIN_ROUTES as ADMIN_ROUTES
 from actors.generator.sglang.protocol import error_message, parse_version
 from actors.generator.sglang.router import is_upstream_failure
 
 LOST_STATUS = frozenset({502, 503, 504})
 KEEPALIVE_S = 4.0  # below uvicorn's (SGLang's server's) 5 s keep-alive
 USER_AGENT = "seer-rl (sglang backend)"
-# the routes this backend calls that SGLang 0.5.23 marks ADMIN_OPTIONAL (http_server.py)
-ADMIN_ROUTES = frozenset(
-    {
-        "/abort_request", "/pause_generation", "/continue_generation", "/flush_cache",
-        "/update_weights_from_disk", "/update_weight_version", "/init_weights_update_group",
-        "/destroy_weights_update_group", "/begin_weight_update", "/end_weight_update",
-        "/update_weights_from_distributed",
-    }
-)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+import aiohttp
 import anyio
-import httpx
 
 
 class ServerLaunchError(RuntimeError):
@@ -119,15 +119,15 @@ class ServerProcess:
         or the time is up (then it is stopped)."""
         assert self.proc is not None, "spawn() first"
         deadline = time.monotonic() + timeout_s
-        async with httpx.AsyncClient(base_url=self.url, timeout=5.0) as http:
+        timeout = aiohttp.ClientTimeout(total=5.0)
+        async with aiohttp.ClientSession(base_url=self.url, timeout=timeout) as http:
             while True:
                 if self.proc.poll() is not None:
                     raise ServerLaunchError(
                         f"server exited with {self.proc.returncode}: {self.args}\n{self.log_tail()}"
                     )
-                with contextlib.suppress(httpx.HTTPError):
-                    if (await http.get(self.health_path)).status_code == 200:
-                        return
+                if await _answers_ok(http, self.health_path):
+                    return
                 if time.monotonic() > deadline:
                     self.stop()
                     raise ServerLaunchError(
@@ -154,3 +154,13 @@ class ServerProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout_s)
+
+
+async def _answers_ok(http: aiohttp.ClientSession, path: str) -> bool:
+    """Whether `GET path` answers 200; False when it answers otherwise, refuses the
+    connection or times out (the server is still starting)."""
+    try:
+        async with http.get(path) as reply:
+            return reply.status == 200
+    except (aiohttp.ClientError, TimeoutError, OSError):
+        return False

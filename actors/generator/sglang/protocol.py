@@ -47,6 +47,15 @@ SAMPLING_KEYS = frozenset(
     }
 )  # fmt: skip
 MAX_SEED = 2**63 - 1  # sampling_seed is an i64
+# the routes this backend calls that SGLang 0.5.23 marks ADMIN_OPTIONAL (http_server.py)
+ADMIN_ROUTES = frozenset(
+    {
+        "/abort_request", "/pause_generation", "/continue_generation", "/flush_cache",
+        "/update_weights_from_disk", "/update_weight_version", "/init_weights_update_group",
+        "/destroy_weights_update_group", "/begin_weight_update", "/end_weight_update",
+        "/update_weights_from_distributed",
+    }
+)  # fmt: skip
 
 
 def chunk_rid(request_id: str, serial: int) -> str:

@@ -39,8 +39,8 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import anyio
-import httpx
 
 from actors.generator.errors import ServerError
 from actors.generator.sglang.launch import ServerProcess, free_port
@@ -103,19 +103,26 @@ async def register_workers(router_url: str, urls: Sequence[str], timeout_s: floa
     """Add each server to the router (`POST /workers`) and wait until it lists all of them
     as healthy; `RouterError` when it refuses one or the time is up."""
     deadline = time.monotonic() + timeout_s
-    async with httpx.AsyncClient(base_url=router_url, timeout=10.0) as http:
-        listing = (await http.get("/workers")).json()
+    timeout = aiohttp.ClientTimeout(total=10.0)
+    async with aiohttp.ClientSession(base_url=router_url, timeout=timeout) as http:
+        listing = await _get_json(http, "/workers")
         for url in urls:
             if is_registered(listing, url):
                 continue
-            reply = await http.post("/workers", json={"url": normalize_url(url)})
-            if reply.status_code >= 300:
-                raise RouterError(f"POST /workers {url}: {reply.status_code} {reply.text:.300}")
+            async with http.post("/workers", json={"url": normalize_url(url)}) as reply:
+                if reply.status >= 300:
+                    text = await reply.text()
+                    raise RouterError(f"POST /workers {url}: {reply.status} {text:.300}")
         while not all(is_registered(listing, url) for url in urls):
             if time.monotonic() > deadline:
                 raise RouterError(f"router lists {listing!r:.300}, not every one of {urls}")
             await anyio.sleep(0.1)
-            listing = (await http.get("/workers")).json()
+            listing = await _get_json(http, "/workers")
+
+
+async def _get_json(http: aiohttp.ClientSession, path: str) -> Any:
+    async with http.get(path) as reply:
+        return await reply.json(content_type=None)
 
 
 def router_command(host: str, port: int, prometheus_port: int) -> list[str]:

@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.records.plot import plot_timeline
+from pipeline.records.plot import drawn, maybe_plot_timeline
 from pipeline.records.report import results_table, write_results
 from pipeline.sim.validate.speeds import DRAWS, PACE_WINDOW_S
 from pipeline.sim.validate.stats import MIN_RESOLVING_SEEDS
@@ -51,9 +51,10 @@ def report(
     """Print the table, plot the example timelines, write the JSON (adds its paths to
     ``summary``)."""
     console.print(_table(summary))
-    summary["timeline_png"] = str(plot_timeline(examples, folder / "sim-validate-timeline.png"))
+    png = maybe_plot_timeline(examples, folder / "sim-validate-timeline.png")
+    summary["timeline_png"] = str(png) if png else None
     out = write_results(json_path or folder / "sim-validate.json", summary)
-    console.print(f"wrote {out} and {summary['timeline_png']}")
+    console.print(f"wrote {out} and {drawn(png)}")
 
 
 def _row(name: str, p: dict[str, Any]) -> list[str]:
