@@ -75,9 +75,11 @@ def test_the_mask_travels_from_the_wire_and_bad_masks_are_refused() -> None:
     sample = train_sample(spec, "r0")
     assert sample.loss_mask == (1, 0, 1)
     assert make_batch([sample], pad_id=0).mask[0].tolist() == [0, 0, 1, 0, 1]
-    with pytest.raises(ValueError, match="r0.*loss_mask has 2 entries for 3"):
+    with pytest.raises(ValueError, match=r"r0.*loss_mask has 2 entries for 3"):
         TrainSample(PROMPT, (5, 6, 7), (0.0,) * 3, 1.0, "g", (0,), "r0", loss_mask=(1, 0))
     with pytest.raises(ValueError, match="0 or 1"):
         TrainSample(PROMPT, (5, 6, 7), (0.0,) * 3, 1.0, "g", (0,), "r0", loss_mask=(1, 2, 1))
     with pytest.raises(ValueError, match="error_index 1 is an observation"):
-        TrainSample(PROMPT, (5, 6, 7), (0.0,) * 3, 0.0, "g", (0,), error_index=1, loss_mask=(1, 0, 1))
+        TrainSample(
+            PROMPT, (5, 6, 7), (0.0,) * 3, 0.0, "g", (0,), error_index=1, loss_mask=(1, 0, 1)
+        )

@@ -25,13 +25,13 @@ from transport.messages.control import (
     Stop,
     TensorBlob,
 )
+from transport.messages.drafts import DraftDeltas, GroupsClosed, SyncDrafts, TokensAppended
 from transport.messages.environment import (
     EnvironmentClose,
     EnvironmentReset,
     EnvironmentResult,
     EnvironmentStep,
 )
-from transport.messages.drafts import DraftDeltas, GroupsClosed, SyncDrafts, TokensAppended
 from transport.messages.generation import (
     ChunkAssigned,
     ChunkFinished,
