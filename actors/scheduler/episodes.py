@@ -74,16 +74,23 @@ class Episodes:
         e.versions.extend([weight_version] * num_tokens)
 
     def turn_end(
-        self, request_id: str, finish_reason: str, turn_full: bool, budget_full: bool
+        self,
+        request_id: str,
+        finish_reason: str,
+        num_tokens: int,
+        *,
+        turn_full: bool,
+        budget_full: bool,
     ) -> TurnEnd:
-        """What a chunk's end means for the episode: "no" (the turn goes on), "step" (the
-        turn ended: ask the environment), "end" (the episode ended here). `turn_full`: the
-        turn's action budget is used up; `budget_full`: the episode's token budget is."""
+        """What the end of a chunk of `num_tokens` tokens (not yet `on_chunk`) means for
+        the episode: "no" (the turn goes on), "step" (the turn ended: ask the environment),
+        "end" (the episode ended here). `turn_full`: the turn's action budget is used up;
+        `budget_full`: the episode's token budget is."""
         e = self.episodes[request_id]
         if finish_reason == "chunk" and not turn_full:
             return "no"
         reason = "turn_length" if finish_reason == "chunk" else finish_reason
-        e.turn_ends.append(len(e.mask))
+        e.turn_ends.append(len(e.mask) + num_tokens)
         e.stop_reasons.append(reason)
         if reason in ("stop", "turn_length") and not budget_full:
             return "step"

@@ -68,7 +68,9 @@ class TurnTaking(Actor):
         n = len(msg.token_ids)
         turn_full = bool(req.turn_limit) and req.turn_generated + n >= req.turn_limit
         budget_full = req.generated + n >= req.max_new_tokens
-        return run.episodes.turn_end(rid, msg.finish_reason, turn_full, budget_full)
+        return run.episodes.turn_end(
+            rid, msg.finish_reason, n, turn_full=turn_full, budget_full=budget_full
+        )
 
     async def _request_done(self, run: ActiveRollout, request_id: str, finish_reason: str) -> bool:
         """Request `request_id` is complete: tell the estimator (and the draft store when
