@@ -88,9 +88,13 @@ class SchedulerActor(TurnTaking):
         self.streams: dict[str, StreamToRanks] = {}  # announced, not yet started: rollout id
         self.cancelled = ""  # a rollout cancelled before its requests arrived
         self.faults = FaultBook.of(self.opts)
+        self.env_down: set[int] = set()  # environment actors lost (`turns.py`)
 
     async def on_peers_changed(self, role: str, count: int) -> None:
-        """New generators (a layout switch, between rollouts): a fresh generator set."""
+        """New generators (a layout switch, between rollouts): a fresh generator set; new
+        environment actors: none is lost."""
+        if role == "environment":
+            self.env_down.clear()
         if role != "generator":
             return
         if self.current is not None:

@@ -44,11 +44,18 @@ class Episode:
 class Episodes:
     """The multi-turn requests of one rollout, spread over `num_envs` environment actors."""
 
-    def __init__(self, specs: Iterable[RequestSpec], num_envs: int, timeout_s: float) -> None:
+    def __init__(
+        self,
+        specs: Iterable[RequestSpec],
+        num_envs: int,
+        timeout_s: float,
+        down: set[int] | None = None,
+    ) -> None:
         self.episodes = {s.request_id: Episode(s) for s in specs if s.episode is not None}
         self.num_envs = num_envs
         self.timeout_s = timeout_s
-        self.down: set[int] = set()
+        # environment actors lost (shared with the scheduler: it outlives the rollout)
+        self.down: set[int] = set() if down is None else down
         self.counts: dict[str, int] = {}
 
     def __contains__(self, request_id: str) -> bool:

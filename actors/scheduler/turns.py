@@ -46,6 +46,7 @@ class TurnTaking(Actor):
     opts: SchedulerOptions
     num_unknown_results: int
     totals: dict[str, float]  # counters summed over finished rollouts
+    env_down: set[int]  # environment actors lost: no episode goes there again
 
     async def _send_chunks(self) -> None:
         raise NotImplementedError
@@ -122,7 +123,7 @@ class TurnTaking(Actor):
             if ep is not None and (ep.max_turns < 1 or ep.max_observation_tokens < 0):
                 raise ValueError(f"request {r.request_id!r}: bad episode budgets {ep}")
         timeout = self.opts.environment_timeout_s
-        return Episodes(requests, self.num_peers("environment"), timeout)
+        return Episodes(requests, self.num_peers("environment"), timeout, self.env_down)
 
     async def _reset_episodes(self, run: ActiveRollout) -> None:
         """Hold every episode and reset its environment (before any chunk is sent)."""

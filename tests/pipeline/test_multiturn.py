@@ -1,10 +1,12 @@
-"""Multi-turn episodes over real processes and sockets, on the built-in engine: the
+"""Multi-turn episodes through the real actors (in one process; the fault test with an
+environment actor killed is in tests/faults/test_environment_loss.py), on the built-in engine: the
 trajectory (observations appended as ids with loss mask 0, the model's tokens exactly what
 one engine produces on the same context), budgets, and every environment fault ending its
 episode with a counted reason, never a lost sample."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +27,19 @@ ENV = "tests.pipeline.multiturn_envs:make_counter_env"
 GREEDY = SamplingSpec(temperature=0.0, ignore_eos=True, max_new_tokens=60)
 
 
-def _greedy(context: list[int], n: int) -> list[int]:
-    """`n` greedy tokens after `context` from one engine in this process."""
-    engine = TorchEngine(
+@functools.cache
+def _engine() -> TorchEngine:
+    return TorchEngine(
         LlamaModel.random(ModelOptions(**TINY["model"]).config(), seed=0),
         EngineConfig(max_batch=8, profile=False, num_threads=1),
     )
+
+
+def _greedy(context: list[int], n: int) -> list[int]:
+    """`n` greedy tokens after `context` from one engine in this process."""
+    engine = _engine()
     params = SamplingParams(temperature=0.0, ignore_eos=True)
-    engine.add(ChunkRequest("ref", tuple(context), n, params=params))
+    engine.add(ChunkRequest(f"ref{len(context)}:{context}", tuple(context), n, params=params))
     while engine.has_work():
         for chunk in engine.step().finished:
             return list(chunk.token_ids)
@@ -54,7 +61,7 @@ async def test_episodes_are_one_trajectory_with_observations_masked(tmp_path: Pa
         PromptSpec(prompt_id="c", token_ids=(5, 5), env_info={"first": 42, "text": True}),
     ]
     episode = EpisodeSpec(environment=ENV, max_turns=3, max_turn_tokens=3)
-    async with Rollout(_config(tmp_path)) as rollout:
+    async with Rollout(_config(tmp_path), mode="inprocess") as rollout:
         groups = await rollout.generate(prompts, 2, GREEDY, episode=episode)
         assert rollout.cluster is not None
         stats = await rollout.cluster.call("scheduler", 0, GetStats(), timeout=10)
@@ -110,7 +117,7 @@ async def test_environment_faults_end_their_episodes_with_a_reason(tmp_path: Pat
         observation_cut="left",
     )  # fmt: skip
     sampling = SamplingSpec(temperature=1.0, seed=1, ignore_eos=True, max_new_tokens=40)
-    async with Rollout(_config(tmp_path)) as rollout:
+    async with Rollout(_config(tmp_path), mode="inprocess") as rollout:
         groups = await rollout.generate(prompts, 2, sampling, episode=episode)
         with pytest.raises(InvalidEpisodeError, match="max_turns must be an int >= 1"):
             bad = EpisodeSpec(environment=ENV, max_turns=0)
