@@ -64,10 +64,13 @@ def check_episode(episode: EpisodeSpec, config: PipelineConfig) -> None:
     for name, least in (("max_turns", 1), ("max_turn_tokens", 0), ("max_observation_tokens", 0)):
         value = getattr(episode, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise InvalidEpisodeError(f"EpisodeSpec.{name} must be an int >= {least}, got {value!r}")
+            raise InvalidEpisodeError(
+                f"EpisodeSpec.{name} must be an int >= {least}, got {value!r}"
+            )
     if episode.observation_cut not in ("left", "right"):
         raise InvalidEpisodeError(
-            f"EpisodeSpec.observation_cut must be 'left' or 'right', got {episode.observation_cut!r}"
+            "EpisodeSpec.observation_cut must be 'left' or 'right', "
+            f"got {episode.observation_cut!r}"
         )
     if not any(g.role == "environment" for g in config.topology.actors):
         raise InvalidEpisodeError(

@@ -76,16 +76,16 @@ async def test_episodes_are_one_trajectory_with_observations_masked(tmp_path: Pa
             assert ep.step_rewards == (0.25,) * turns and ep.reward == 0.25 * turns
             assert ep.stop_reasons == ("turn_length",) * turns
             # reset's 2 observation tokens, then per turn 3 actions and (but the last) 2 more
-            expected_mask = [0, 0] + ([1, 1, 1, 0, 0] * turns)[:-2]
+            expected_mask = [0, 0, *([1, 1, 1, 0, 0] * turns)[:-2]]
             assert list(ep.loss_mask) == expected_mask
             assert len(s.token_ids) == len(s.logprobs) == len(expected_mask)
             assert ep.turn_ends == tuple(2 + 5 * t + 3 for t in range(turns))
             obs = [t for t, m in zip(s.token_ids, ep.loss_mask, strict=True) if not m]
             first = prompt.env_info["first"]
             assert obs == [first, first] + [v for t in range(1, turns) for v in (60 + t,) * 2]
-            assert [v for v, m in zip(ep.token_versions, ep.loss_mask, strict=True) if m] == [
-                0
-            ] * (3 * turns)
+            assert [v for v, m in zip(ep.token_versions, ep.loss_mask, strict=True) if m] == [0] * (
+                3 * turns
+            )
             assert all(lp == 0.0 for lp, m in zip(s.logprobs, ep.loss_mask, strict=True) if not m)
         # greedy: both samples alike, and each turn's actions are what one engine makes of
         # the same context (observations prefilled after the parked KV, never re-tokenised)
@@ -122,7 +122,7 @@ async def test_environment_faults_end_their_episodes_with_a_reason(tmp_path: Pat
         with pytest.raises(InvalidEpisodeError, match="max_turns must be an int >= 1"):
             bad = EpisodeSpec(environment=ENV, max_turns=0)
             await rollout.generate(prompts, 2, sampling, episode=bad)
-        with pytest.raises(InvalidEpisodeError, match="package.module:factory"):
+        with pytest.raises(InvalidEpisodeError, match=r"package\.module:factory"):
             await rollout.generate(prompts, 2, sampling, episode=EpisodeSpec(environment="x"))
         # the rollout after the faults runs as usual: nothing is left behind
         again = await rollout.generate(prompts[-1:], 2, sampling, episode=episode)
