@@ -15,10 +15,20 @@ import pytest
 from actors.generator import ChunkRequest, SamplingParams
 from actors.generator.builtin import EngineConfig, TorchEngine
 from actors.model import LlamaModel, ModelOptions
+from actors.trainer.wire import train_sample
+from pipeline.rl.loop import episode_sample
 from pipeline.rollout.api import Rollout, rollout_config
 from pipeline.rollout.checks import InvalidEpisodeError
 from tests.pipeline.tiny import TINY_GENERATOR
-from transport.messages import ActorStats, EpisodeSpec, GetStats, PromptSpec, SamplingSpec
+from transport.messages import (
+    ActorStats,
+    EpisodeResult,
+    EpisodeSpec,
+    GetStats,
+    PromptSpec,
+    SampleResult,
+    SamplingSpec,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -145,3 +155,18 @@ async def test_episodes_without_an_environment_actor_are_refused(tmp_path: Path)
     async with Rollout(config, mode="inprocess") as rollout:
         with pytest.raises(InvalidEpisodeError, match="'environment' actor"):
             await rollout.generate([[3, 4]], 2, GREEDY, episode=EpisodeSpec(environment=ENV))
+
+
+def test_the_rl_loop_trains_an_episode_on_its_reward_and_mask() -> None:
+    episode = EpisodeResult(
+        loss_mask=(1, 0, 1), token_versions=(3, -1, 3), turn_ends=(1, 3),
+        stop_reasons=("stop",) * 2, step_rewards=(0.5, 0.25), reward=0.75, end_reason="done",
+    )  # fmt: skip
+    sample = SampleResult(
+        request_id="r", group_id="g", prompt_id="p", index=0, token_ids=(5, 9, 6),
+        logprobs=(-1.0, 0.0, -2.0), finish_reason="stop", weight_versions=(3, 3), start_s=0.0,
+        end_s=1.0, episode=episode,
+    )  # fmt: skip
+    spec = episode_sample((1, 2), sample)
+    assert spec.reward == 0.75 and spec.loss_mask == (1, 0, 1)
+    assert train_sample(spec).loss_mask == (1, 0, 1)
