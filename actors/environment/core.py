@@ -89,12 +89,11 @@ class EpisodeTable:
         return out
 
     def pop(self, rollout_id: str, request_ids: Sequence[str]) -> list[Episode]:
-        """Remove these episodes of `rollout_id`; none named: every episode held (the
-        scheduler runs one rollout at a time, so they are this one's or abandoned)."""
+        """Remove these episodes of `rollout_id` (none named: all of them)."""
         if request_ids:
             ids = [r for r in request_ids if self.get(rollout_id, r) is not None]
         else:
-            ids = list(self.episodes)
+            ids = [r for r, e in self.episodes.items() if e.rollout_id == rollout_id]
         return [self.episodes.pop(r) for r in ids]
 
     def get(self, rollout_id: str, request_id: str) -> Episode | None:

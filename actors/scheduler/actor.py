@@ -363,9 +363,8 @@ class SchedulerActor(TurnTaking):
             run.faults.pop(msg.request_id, None)  # its failures in a row
         if msg.error:
             self.log.warning("chunk_failed", request=msg.request_id, error=msg.error)
-        if turn == "step":
-            await self._turn_ended(run, msg.request_id)
-            return
+        if turn == "step" and not await self._turn_ended(run, msg.request_id):
+            return  # (else the chunk's slot is free for others, below)
         if turn == "end" and run.episodes is not None:
             self._close_episode(run, msg.request_id, run.episodes.ended(msg.request_id))
         if finished and not await self._request_done(run, msg.request_id, msg.finish_reason):

@@ -56,6 +56,7 @@ class Episodes:
         self.timeout_s = timeout_s
         # environment actors lost (shared with the scheduler: it outlives the rollout)
         self.down: set[int] = set() if down is None else down
+        self.num_open = [0] * num_envs  # episodes placed on each actor and not ended
         self.counts: dict[str, int] = {}
 
     def __contains__(self, request_id: str) -> bool:
@@ -64,15 +65,12 @@ class Episodes:
     def place(self, request_id: str) -> int | None:
         """The environment actor for a new episode: the live one with the fewest open
         episodes (None: none is live)."""
-        load = [0] * self.num_envs
-        for e in self.episodes.values():
-            if e.env is not None and e.end is None:
-                load[e.env] += 1
         live = [i for i in range(self.num_envs) if i not in self.down]
         if not live:
             return None
-        best = min(live, key=lambda i: (load[i], i))
+        best = min(live, key=lambda i: (self.num_open[i], i))
         self.episodes[request_id].env = best
+        self.num_open[best] += 1
         return best
 
     def on_chunk(self, request_id: str, num_tokens: int, weight_version: int) -> None:
@@ -179,7 +177,10 @@ class Episodes:
 
     def ended(self, request_id: str) -> EpisodeEnd:
         """The episode ended (counted by its reason); the reason."""
-        end = self.episodes[request_id].end or "error"
+        e = self.episodes[request_id]
+        end = e.end or "error"
+        if e.env is not None:
+            self.num_open[e.env] -= 1
         key = f"episodes_{end}"
         self.counts[key] = self.counts.get(key, 0) + 1
         return end

@@ -64,7 +64,7 @@ class TurnTaking(Actor):
         if run.episodes is None or rid not in run.episodes or msg.finish_reason == "abort":
             return ""
         req = run.core.request(rid)
-        if req.status != "running" or req.chunk_seq != msg.chunk_seq:
+        if (req.status, req.chunk_seq, req.instance) != ("running", msg.chunk_seq, msg.instance):
             return ""  # stale: the core drops it
         n = len(msg.token_ids)
         turn_full = bool(req.turn_limit) and req.turn_generated + n >= req.turn_limit
@@ -148,9 +148,9 @@ class TurnTaking(Actor):
             if self.current is not run:
                 return
 
-    async def _turn_ended(self, run: ActiveRollout, request_id: str) -> None:
+    async def _turn_ended(self, run: ActiveRollout, request_id: str) -> bool:
         """The request's turn ended (its chunk committed, it is waiting): hold it and send
-        its action to its environment."""
+        its action to its environment; False when the rollout is over (it was the last)."""
         assert run.episodes is not None
         run.core.hold(request_id)
         action = run.episodes.action(request_id, run.book.tokens[request_id])
@@ -160,6 +160,7 @@ class TurnTaking(Actor):
         )
         env = run.episodes.env_of(request_id)
         await self._ask_environment(run, request_id, msg, env)
+        return self.current is run
 
     async def _ask_environment(
         self,

@@ -44,7 +44,8 @@ class EnvironmentStep(Message):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EnvironmentClose(Message):
     """Scheduler -> environment actor: these episodes ended (or were abandoned): close
-    their environments. No ids: every episode of `rollout_id` and of earlier rollouts."""
+    their environments. No ids: every episode of `rollout_id` (an older rollout's left
+    open are closed when the next rollout opens an episode there)."""
 
     rollout_id: str
     request_ids: tuple[str, ...] = ()
