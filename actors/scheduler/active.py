@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from actors.dispatcher.stream import SampleStream
 from actors.scheduler.core import SchedulerCore
+from actors.scheduler.episodes import Episodes
 from actors.scheduler.runbook import RunBook
 
 
@@ -19,3 +20,4 @@ class ActiveRollout:
     faults: dict[str, int] = field(default_factory=dict)  # request -> chunks failed in a row
     unfinished: dict[str, int] = field(default_factory=dict)  # group -> samples left
     stream: SampleStream | None = None  # direct dispatch to the trainer ranks
+    episodes: Episodes | None = None  # its multi-turn episodes, when it has any

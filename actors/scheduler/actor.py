@@ -1,12 +1,14 @@
 """SchedulerActor: the request buffer and the dispatch loop of a rollout.
 
 Consumes `RequestsAdded` (splitter), `ChunkFinished` (generators), `EstimateUpdated`
-(estimator), `WeightsPublished` (driver), `CancelRollout` (driver: it stopped waiting; the
-rollout ends at once, its later results are dropped as unknown). Emits `ChunkAssigned` to
-generators, `RequestFinished` to the estimator, `GroupsClosed` to the draft store (when the
-topology has one), `EndRollout` to generators and `RolloutFinished` (or `RolloutFailed`) to
-the driver. Decisions live in the pure `SchedulerCore` and its policy;
-this shell keeps each request's tokens, logprobs and timing, and the rollout record.
+(estimator), `EnvironmentResult` (environment actors: multi-turn episodes, `turns.py`),
+`WeightsPublished` (driver), `CancelRollout` (driver: it stopped waiting; the rollout ends
+at once, its later results are dropped as unknown). Emits `ChunkAssigned` to generators,
+`RequestFinished` to the estimator, `GroupsClosed` to the draft store (when the topology
+has one), `EndRollout` to generators, `EnvironmentReset`/`Step`/`Close` to environment
+actors and `RolloutFinished` (or `RolloutFailed`) to the driver. Decisions live in the pure
+`SchedulerCore` and its policy; this shell keeps each request's tokens, logprobs and
+timing, and the rollout record.
 
 Faults (docs/faults-security.md tells each case): a stale or unknown chunk result is
 dropped; "error" (the request is bad, or a result refused at the boundary) ends its sample;
@@ -29,7 +31,7 @@ from collections.abc import Mapping
 
 import anyio
 
-from actors.base import Actor, ActorContext, Handler
+from actors.base import ActorContext, Handler
 from actors.dispatcher.stream import SampleStream, StreamError, load_scorer
 from actors.scheduler.active import ActiveRollout
 from actors.scheduler.core import SchedulerCore, UnknownRequestError
@@ -37,12 +39,14 @@ from actors.scheduler.faults import FaultBook
 from actors.scheduler.options import SchedulerOptions
 from actors.scheduler.policy import make_policy
 from actors.scheduler.runbook import RunBook
+from actors.scheduler.turns import TurnTaking
 from actors.scheduler.wire import chunk_assigned, instance_load, request_state
 from transport.errors import PeerGone, TransportError
 from transport.messages import (
     CancelRollout,
     ChunkFinished,
     EndRollout,
+    EnvironmentResult,
     EstimateUpdated,
     GetLiveGenerators,
     GetLoad,
@@ -53,7 +57,6 @@ from transport.messages import (
     Message,
     PeerLost,
     RepublishWeights,
-    RequestFinished,
     RequestsAdded,
     RolloutFailed,
     RolloutFinished,
@@ -63,7 +66,7 @@ from transport.messages import (
 )
 
 
-class SchedulerActor(Actor):
+class SchedulerActor(TurnTaking):
     role = "scheduler"
     Options = SchedulerOptions
 
@@ -85,9 +88,13 @@ class SchedulerActor(Actor):
         self.streams: dict[str, StreamToRanks] = {}  # announced, not yet started: rollout id
         self.cancelled = ""  # a rollout cancelled before its requests arrived
         self.faults = FaultBook.of(self.opts)
+        self.env_down: set[int] = set()  # environment actors lost (`turns.py`)
 
     async def on_peers_changed(self, role: str, count: int) -> None:
-        """New generators (a layout switch, between rollouts): a fresh generator set."""
+        """New generators (a layout switch, between rollouts): a fresh generator set; new
+        environment actors: none is lost."""
+        if role == "environment":
+            self.env_down.clear()
         if role != "generator":
             return
         if self.current is not None:
@@ -106,10 +113,11 @@ class SchedulerActor(Actor):
             GetLiveGenerators: self.handle_get_live_generators,
             StreamToRanks: self.handle_stream_to_ranks,
             CancelRollout: self.handle_cancel_rollout,
+            EnvironmentResult: self.handle_environment_result,
         }
 
     def counters(self) -> dict[str, float]:
-        out = dict(self.totals)
+        out = dict(self.totals)  # (the running rollout's episode counts: `episode_counters`)
         if self.current is not None:
             for k, v in self.current.core.counters.items():
                 out[k] = out.get(k, 0.0) + v
@@ -117,7 +125,7 @@ class SchedulerActor(Actor):
         out["refused_results"] = self.num_refused_results
         out["failed_chunks"] = self.faults.num_failed_chunks
         out["generators_lost"] = len(self.down)
-        return out
+        return out | self.episode_counters()
 
     async def handle_weights_published(self, msg: WeightsPublished) -> None:
         self.weight_version = msg.version
@@ -152,6 +160,9 @@ class SchedulerActor(Actor):
         """A launcher saw a generator die (Ray's liveness): the path of a generator that
         stops answering, without waiting for the health check."""
         i = msg.index
+        if msg.role == "environment":
+            await self.on_environment_lost(i)
+            return
         if msg.role != "generator" or not 0 <= i < self.num_generators or i in self.down:
             return
         self.down.add(i)
@@ -188,12 +199,12 @@ class SchedulerActor(Actor):
             self.cancelled = msg.rollout_id
             return
         self.current = None
-        for k, v in run.core.counters.items():
-            self.totals[k] = self.totals.get(k, 0.0) + v
+        self._add_totals(run)
         self.log.warning("rollout_cancelled", rollout=run.rollout_id)
         open_groups = tuple(g for g, left in run.unfinished.items() if left)
         if open_groups and self.has_peer("drafts"):
             self.offer("drafts", 0, GroupsClosed(rollout_id=run.rollout_id, group_ids=open_groups))
+        self._close_all_episodes(run)
         await self._end_on_generators(run)
 
     async def handle_requests_added(self, msg: RequestsAdded) -> None:
@@ -243,10 +254,11 @@ class SchedulerActor(Actor):
             affinity_spread=self.opts.affinity_spread,
             growth_reserve=self.opts.growth_reserve,
         )
+        episodes = self._open_episodes(msg.requests, msg.rollout_id in self.streams)
         start = time.time()
         start_loads = [await self._load_or_last(i) for i in range(self.num_generators)]
         book = RunBook(msg.rollout_id, name, msg.requests, start_loads, start)
-        self.current = ActiveRollout(msg.rollout_id, core, book, name)
+        self.current = ActiveRollout(msg.rollout_id, core, book, name, episodes=episodes)
         self.faults.deadlines.clear()
         self.current.stream = self._open_stream(msg.rollout_id)
         for r in msg.requests:
@@ -263,6 +275,7 @@ class SchedulerActor(Actor):
         self.log.info(
             "rollout_started", rollout=msg.rollout_id, policy=name, requests=len(msg.requests)
         )
+        await self._reset_episodes(self.current)
         await self._send_chunks()
 
     async def handle_estimate_updated(self, msg: EstimateUpdated) -> None:
@@ -325,6 +338,9 @@ class SchedulerActor(Actor):
                 msg, token_ids=(), logprobs=(), finish_reason="error", error=error
             )
         finished = msg.finish_reason != "chunk"
+        turn = self._turn_end(run, msg)
+        if turn == "step":
+            finished = False  # the episode goes on after its environment's answer
         try:
             verdict = run.core.on_chunk_finished(
                 msg.request_id, msg.instance, msg.chunk_seq, len(msg.token_ids), finished, now
@@ -339,45 +355,24 @@ class SchedulerActor(Actor):
         run.core.update_load(instance_load(msg.load))
         self.last_loads[msg.instance] = msg.load
         dispatched = run.dispatched.pop((msg.request_id, msg.chunk_seq), 0.0)
-        run.book.add_chunk(msg, dispatched)
+        run.book.add_chunk(msg, dispatched, finished=finished)
+        if run.episodes is not None and msg.request_id in run.episodes:
+            run.episodes.on_chunk(msg.request_id, len(msg.token_ids), msg.weight_version)
         if msg.finish_reason != "error":
             self.faults.served(msg.instance, now - dispatched, len(msg.token_ids))
             run.faults.pop(msg.request_id, None)  # its failures in a row
         if msg.error:
             self.log.warning("chunk_failed", request=msg.request_id, error=msg.error)
-        if finished:
-            spec = run.book.specs[msg.request_id]
-            output_len = len(run.book.tokens[msg.request_id])
-            done = RequestFinished(
-                rollout_id=run.rollout_id,
-                group_id=spec.group_id,
-                request_id=spec.request_id,
-                output_len=output_len,
-            )
-            self.offer("estimator", 0, done)
-            self._group_progress(run, spec.group_id)
-            if run.stream is not None:
-                rid = msg.request_id
-                versions = tuple(c.weight_version for c in run.book.chunks[rid])
-                try:
-                    await run.stream.add(
-                        spec, run.book.tokens[rid], run.book.logprobs[rid], versions,
-                        msg.finish_reason, last=run.core.is_done,  # then: flush, at once
-                    )  # fmt: skip
-                except Exception as exc:  # e.g. a rank is gone: say which, stop here
-                    await self._abandon(run, f"direct dispatch failed: {exc}")
-                    return
+        if turn == "step" and not await self._turn_ended(run, msg.request_id):
+            return  # (else the chunk's slot is free for others, below)
+        if turn == "end" and run.episodes is not None:
+            self._close_episode(run, msg.request_id, run.episodes.ended(msg.request_id))
+        if finished and not await self._request_done(run, msg.request_id, msg.finish_reason):
+            return
         if run.core.is_done:
             await self._finish(run)
         else:
             await self._send_chunks()
-
-    def _group_progress(self, run: ActiveRollout, group_id: str) -> None:
-        """The draft store frees a group's tree once all of its samples are done."""
-        run.unfinished[group_id] -= 1
-        if run.unfinished[group_id] == 0 and self.has_peer("drafts"):
-            closed = GroupsClosed(rollout_id=run.rollout_id, group_ids=(group_id,))
-            self.offer("drafts", 0, closed)
 
     async def _send_chunks(self) -> None:
         run = self.current
@@ -446,11 +441,14 @@ class SchedulerActor(Actor):
                 return
         self.current = None
         self.faults.faulty.clear()  # the next rollout tries them again
-        for k, v in run.core.counters.items():
-            self.totals[k] = self.totals.get(k, 0.0) + v
+        self._add_totals(run)
         end_loads = [await self._load_or_last(i) for i in range(self.num_generators)]
         record = run.book.record(end_loads)
-        samples = run.book.samples()
+        episodes = run.episodes
+        samples = run.book.samples(
+            {rid: episodes.result(rid) for rid in episodes.episodes} if episodes else None
+        )
+        self._close_all_episodes(run)
         await self._end_on_generators(run)
         self.log.info(
             "rollout_finished",
@@ -484,6 +482,7 @@ class SchedulerActor(Actor):
         """Fail the rollout rather than wait forever: the driver gets `RolloutFailed`."""
         self.current = None
         self.faults.faulty.clear()
+        self._close_all_episodes(run)
         self.log.error("rollout_failed", rollout=run.rollout_id, reason=reason)
         await self.send_to("driver", 0, RolloutFailed(rollout_id=run.rollout_id, reason=reason))
 
@@ -516,6 +515,8 @@ class SchedulerActor(Actor):
         if self.opts.scorer and self.num_peers("trainer") > 1:  # direct dispatch likely:
             await anyio.to_thread.run_sync(self._import_streaming)  # imports before ready
         self.start_soon(self._watch_generators)
+        if self.has_peer("environment"):
+            self.start_soon(self._watch_environments)
 
     def _import_streaming(self) -> None:
         """The scorer's module and the dispatcher (torch) take seconds to import: do it at

@@ -2,7 +2,10 @@
 
 Consumes: requests (``add``), generator telemetry (``update_load``), group length estimates
 (``update_estimate``), chunk results (``on_chunk_finished``), chunks that will not finish
-(``requeue_chunk``) and generator failures (``requeue_instance``). Emits: ``Dispatch``
+(``requeue_chunk``) and generator failures (``requeue_instance``); for multi-turn episodes,
+a request between turns (``hold``: at its environment, its KV still parked where it ran)
+and its observation tokens (``resume``: back to waiting, sticky to that generator) or its
+end there (``finish_held``). Emits: ``Dispatch``
 decisions from ``next_dispatches(now)`` -- as many as capacity allows, in the policy's
 order, each placed by ``select_instance``.
 
@@ -17,7 +20,8 @@ Guarantees:
   max_chunk_tokens of each chunk dispatched since) under
   ``kv_high_watermark * kv_tokens_total`` -- except that an idle instance always takes one
   chunk, so the rollout cannot stall on KV.
-- Chunks: ``min(chunk_size, remaining)`` for chunked policies, all of ``remaining`` otherwise.
+- Chunks: ``min(chunk_size, remaining)`` for chunked policies, all of ``remaining`` otherwise,
+  and never past the request's turn (``RequestState.turn_left``).
 - Requests a policy cannot place now are skipped, not waited on (work-conserving), so pinned
   or KV-heavy requests never block others.
 - Cost: with a ``ranked`` policy that capacity bounds, the waiting buffer is kept sorted by
@@ -186,6 +190,7 @@ class SchedulerCore:
             )
         self._land(request_id)
         req.generated += num_new_tokens
+        req.turn_generated += num_new_tokens
         home = self._home_of.get(request_id)
         if home is not None:
             self._homed_kv[home] += num_new_tokens
@@ -214,6 +219,46 @@ class SchedulerCore:
         self._set_home(request_id, None)
         self._to_waiting(req, now, kv_instance=None)
         return "ok"
+
+    def hold(self, request_id: str) -> None:
+        """A waiting request leaves the buffer for its environment (an episode between
+        turns, or before its first): not dispatched until ``resume`` or ``finish_held``.
+        Its KV home stays (the KV is parked there), so it keeps its working-set place."""
+        req = self.request(request_id)
+        if req.status != "waiting":
+            raise ValueError(f"request {request_id!r} is {req.status}, not waiting: cannot hold")
+        del self._waiting[request_id]
+        if self._index is not None:
+            self._index.remove(req)
+        self.policy.remove(req)
+        req.status = "environment"
+
+    def resume(self, request_id: str, num_observation_tokens: int, now: float) -> None:
+        """A held request's observation tokens joined its context: it waits again, from a
+        new turn, for the generator that holds its KV (unless the spread moves it)."""
+        req = self.request(request_id)
+        if req.status != "environment":
+            raise ValueError(f"request {request_id!r} is {req.status}, not held: cannot resume")
+        if not 0 <= num_observation_tokens < req.remaining:
+            raise ValueError(
+                f"request {request_id!r}: {num_observation_tokens} observation tokens leave "
+                f"nothing of its {req.remaining} tokens left"
+            )
+        req.generated += num_observation_tokens
+        req.turn_generated = 0
+        home = self._home_of.get(request_id)
+        if home is not None:
+            self._homed_kv[home] += num_observation_tokens
+        self._to_waiting(req, now, kv_instance=home)
+
+    def finish_held(self, request_id: str) -> None:
+        """A held request's episode ended at its environment."""
+        req = self.request(request_id)
+        if req.status != "environment":
+            raise ValueError(f"request {request_id!r} is {req.status}, not held: cannot finish")
+        req.status, req.kv_instance = "finished", None
+        self._num_finished += 1
+        self._set_home(request_id, None)
 
     def _running_chunk(self, request_id: str, instance: int, chunk_seq: int) -> _Flight | None:
         """The flight of chunk `chunk_seq` of `request_id` on `instance` when that chunk is
@@ -292,9 +337,8 @@ class SchedulerCore:
     def _try_dispatch(
         self, req: RequestState, bounded: bool, now: float, out: list[Dispatch], *, promoted: bool
     ) -> None:
-        max_chunk_tokens = (
-            min(self.chunk_size, req.remaining) if self.policy.chunked else req.remaining
-        )
+        left = req.turn_left
+        max_chunk_tokens = min(self.chunk_size, left) if self.policy.chunked else left
         kv_need = req.prompt_len + req.generated + max_chunk_tokens
         instance = self._place(req, kv_need, bounded)
         if instance is not None:

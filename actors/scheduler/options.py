@@ -38,7 +38,10 @@ class SchedulerOptions:
     wire). `max_instance_faults`: a generator whose chunks fail this many times in a row
     (aborted, refused for an engine fault, overdue) counts as lost for the rest of the
     rollout unless the trainer pushes it the weights again. `max_chunk_faults`: a sample
-    whose chunks failed that often in a row ends in "error" rather than be tried again."""
+    whose chunks failed that often in a row ends in "error" rather than be tried again.
+    `environment_timeout_s`: how long an environment actor may take to answer a multi-turn
+    episode's reset or step before it counts as lost (the episodes awaiting it end
+    "env_lost"); keep it above the environment actors' `step_timeout_s`."""
 
     policy: str = "context_aware"
     chunk_size: int = 128
@@ -56,6 +59,7 @@ class SchedulerOptions:
     chunk_deadline_slack: float = 4.0
     max_instance_faults: int = 3
     max_chunk_faults: int = 3
+    environment_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
         check_choice(self, "policy", POLICY_NAMES)

@@ -1,6 +1,7 @@
 """RunBook: what the scheduler records about one rollout, independent of the policy.
 
-Per request: its spec, arrival, tokens and logprobs so far, its chunks (a `ChunkRecord`
+Per request: its spec, arrival, tokens and logprobs so far (a multi-turn episode's
+observation tokens too, with logprob 0: `observe`), its chunks (a `ChunkRecord`
 each: instance, dispatch, start, end, re-prefilled tokens, weight version, speculation,
 finish reason), its finish and why it failed (an engine error's message, if any). At the
 end it yields the samples for the driver and the `RolloutRecord`, with per-instance counter
@@ -10,11 +11,12 @@ Times are seconds since the rollout's start.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from transport.messages import (
     ChunkFinished,
     ChunkRecord,
+    EpisodeResult,
     InstanceCounters,
     LoadInfo,
     RequestRecord,
@@ -43,6 +45,8 @@ class RunBook:
         self.chunks: dict[str, list[ChunkRecord]] = {rid: [] for rid in self.specs}
         self.finished: dict[str, RequestRecord] = {}
         self.errors: dict[str, str] = {}  # why a request ended in "error"
+        # observation tokens appended since the request's last chunk: prefilled, not re-prefilled
+        self.fresh: dict[str, int] = {}
         self.start_loads = list(start_loads)
         self.end_time = start
 
@@ -51,12 +55,19 @@ class RunBook:
         for rid in request_ids:
             self.arrival_s[rid] = now_s
 
-    def add_chunk(self, msg: ChunkFinished, dispatched_s: float) -> None:
+    def observe(self, request_id: str, token_ids: tuple[int, ...]) -> None:
+        """An episode's observation tokens join the request's context (logprob 0)."""
+        self.tokens[request_id].extend(token_ids)
+        self.logprobs[request_id].extend([0.0] * len(token_ids))
+        self.fresh[request_id] = self.fresh.get(request_id, 0) + len(token_ids)
+
+    def add_chunk(self, msg: ChunkFinished, dispatched_s: float, *, finished: bool = True) -> None:
+        """A chunk's result; `finished` False: its end is a turn's, not the request's."""
         rid = msg.request_id
         spec = self.specs[rid]
         before = len(self.tokens[rid])
-        context = len(spec.prompt_ids) + before
-        reprefilled = max(0, context - msg.num_cached_tokens) if before else 0
+        prior = before - self.fresh.pop(rid, 0)  # tokens the engine had seen (KV it could hold)
+        reprefilled = max(0, len(spec.prompt_ids) + prior - msg.num_cached_tokens) if prior else 0
         self.tokens[rid].extend(msg.token_ids)
         self.logprobs[rid].extend(msg.logprobs)
         self.end_time = max(self.end_time, msg.end_time)
@@ -80,20 +91,29 @@ class RunBook:
         )
         if msg.error:
             self.errors[rid] = msg.error
-        if msg.finish_reason != "chunk":
-            self.finished[rid] = RequestRecord(
-                request_id=rid,
-                group_id=spec.group_id,
-                prompt_id=spec.prompt_id,
-                is_probe=spec.is_probe,
-                prompt_len=len(spec.prompt_ids),
-                output_len=len(self.tokens[rid]),
-                arrival_s=self.arrival_s[rid],
-                finish_s=msg.end_time - self.start,
-                finish_reason=msg.finish_reason,
-            )
+        if msg.finish_reason != "chunk" and finished:
+            self.finish(rid, msg.finish_reason, msg.end_time - self.start)
 
-    def samples(self) -> tuple[SampleResult, ...]:
+    def finish(self, request_id: str, finish_reason: str, now_s: float) -> None:
+        """Request `request_id` is complete (`now_s` after the start)."""
+        spec = self.specs[request_id]
+        self.finished[request_id] = RequestRecord(
+            request_id=request_id,
+            group_id=spec.group_id,
+            prompt_id=spec.prompt_id,
+            is_probe=spec.is_probe,
+            prompt_len=len(spec.prompt_ids),
+            output_len=len(self.tokens[request_id]),
+            arrival_s=self.arrival_s[request_id],
+            finish_s=now_s,
+            finish_reason=finish_reason,
+        )
+
+    def samples(
+        self, episodes: Mapping[str, EpisodeResult] | None = None
+    ) -> tuple[SampleResult, ...]:
+        """Every request's sample (`episodes`: multi-turn requests' trajectory records)."""
+        episodes = episodes or {}
         out = []
         for rid, spec in self.specs.items():
             mine = self.chunks[rid]
@@ -111,6 +131,7 @@ class RunBook:
                     start_s=min((c.start_s for c in mine), default=0.0),
                     end_s=max((c.end_s for c in mine), default=0.0),
                     error=self.errors.get(rid, ""),
+                    episode=episodes.get(rid),
                 )
             )
         return tuple(out)

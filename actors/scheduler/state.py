@@ -23,7 +23,7 @@ __all__ = [
     "UnknownRequestError",
 ]
 
-RequestStatus = Literal["waiting", "running", "finished"]
+RequestStatus = Literal["waiting", "running", "environment", "finished"]
 
 # KV budget assumed before an instance reports telemetry: no KV limit, only slots.
 UNBOUNDED_KV = 1 << 62
@@ -56,11 +56,21 @@ class RequestState:
     kv_instance: int | None = None  # the instance that still holds its KV (where it last ran)
     enqueued_at: float = 0.0  # when it (re-)entered the waiting buffer
     chunk_seq: int = 0  # incremented at every dispatch; results carry it
+    # a multi-turn episode's action tokens per turn (0: no per-turn limit) and this turn's
+    turn_limit: int = 0
+    turn_generated: int = 0
 
     @property
     def remaining(self) -> int:
         """Tokens it may still generate before its generation limit."""
         return max(0, self.max_new_tokens - self.generated)
+
+    @property
+    def turn_left(self) -> int:
+        """Tokens this turn may still generate (its episode's limit when turns have none)."""
+        if not self.turn_limit:
+            return self.remaining
+        return min(self.remaining, self.turn_limit - self.turn_generated)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -27,6 +27,7 @@ def request_state(spec: RequestSpec, arrival: int) -> RequestState:
         prompt_len=len(spec.prompt_ids),
         max_new_tokens=spec.sampling.max_new_tokens,
         arrival=arrival,
+        turn_limit=spec.episode.max_turn_tokens if spec.episode is not None else 0,
     )
 
 

@@ -54,6 +54,8 @@ def split(batch: PromptBatch) -> tuple[tuple[GroupInfo, ...], tuple[RequestSpec,
                     prompt_ids=prompt.token_ids,
                     sampling=sampling,
                     forced_len=prompt.forced_lens[i] if prompt.forced_lens else 0,
+                    episode=batch.episode,
+                    env_info=prompt.env_info,
                 )
             )
     return tuple(groups), tuple(requests)

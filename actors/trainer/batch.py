@@ -15,6 +15,11 @@ Advantages are computed per ``group_id`` with ``group_advantages`` (population s
 samples of that group present in the call. Padding (``pad_id``, mask 0) goes on the right,
 which the causal model ignores for earlier positions.
 
+**Loss mask.** A multi-turn episode's completion holds the model's action tokens and the
+environment's observation tokens; ``loss_mask`` (one 0/1 per completion token; empty: all 1)
+keeps the observation tokens out of ``mask``, so they never get a gradient and never count
+in the token means or in the trainer's log-probability gap. Their ``old_logprobs`` are 0.
+
 **Step credit.** A failed sample whose task verifier located its first wrong token
 (``error_index`` >= 0, from ``Task.first_error``) trains on that token alone: the tokens
 before it were right moves (a negative advantage over the whole answer would push them down
@@ -52,10 +57,13 @@ class TrainSample:
     request_id: str = ""  # for error messages only
     # the completion token a verifier located as the first mistake (-1: none located)
     error_index: int = -1
+    # per completion token: 1 trains, 0 never does (observation tokens); empty: all train
+    loss_mask: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         # msgpack hands lists over: store tuples so samples stay hashable and concatenable
-        for name in ("prompt_ids", "completion_ids", "old_logprobs", "weight_versions"):
+        names = ("prompt_ids", "completion_ids", "old_logprobs", "weight_versions", "loss_mask")
+        for name in names:
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if not self.prompt_ids:
             raise ValueError(f"sample {self.name}: empty prompt (nothing to condition on)")
@@ -69,6 +77,19 @@ class TrainSample:
                 f"sample {self.name}: {len(self.old_logprobs)} old_logprobs for "
                 f"{len(self.completion_ids)} completion tokens"
             )
+        if self.loss_mask:
+            if len(self.loss_mask) != len(self.completion_ids):
+                raise ValueError(
+                    f"sample {self.name}: loss_mask has {len(self.loss_mask)} entries for "
+                    f"{len(self.completion_ids)} completion tokens"
+                )
+            if not set(self.loss_mask) <= {0, 1}:
+                raise ValueError(f"sample {self.name}: loss_mask entries must be 0 or 1")
+            if self.error_index >= 0 and not self.loss_mask[self.error_index]:
+                raise ValueError(
+                    f"sample {self.name}: error_index {self.error_index} is an observation "
+                    "token (loss mask 0)"
+                )
 
     @property
     def name(self) -> str:
@@ -186,7 +207,9 @@ def make_batch(samples: Sequence[TrainSample], pad_id: int, scale: bool = True) 
         input_ids[row, :length] = seq[:-1]
         targets[row, :length] = seq[1:]
         start, num_completion = len(sample.prompt_ids) - 1, len(sample.completion_ids)
-        mask[row, start : start + num_completion] = 1.0
+        mask[row, start : start + num_completion] = (
+            torch.tensor(sample.loss_mask, dtype=torch.float32) if sample.loss_mask else 1.0
+        )
         old[row, start : start + num_completion] = torch.tensor(
             sample.old_logprobs, dtype=torch.float32
         )

@@ -15,5 +15,6 @@ def train_sample(spec: TrainSampleSpec, request_id: str = "") -> TrainSample:
         group_id=spec.group_id,
         weight_versions=spec.weight_versions,
         error_index=spec.error_index,
+        loss_mask=spec.loss_mask,
         request_id=request_id,
     )

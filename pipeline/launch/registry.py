@@ -26,6 +26,7 @@ ACTOR_KINDS: dict[str, str] = {
     "generator": "actors.generator.actor:GeneratorActor",
     "trainer": "actors.trainer.actor:TrainerActor",
     "drafts": "actors.drafts.actor:DraftTreeStoreActor",
+    "environment": "actors.environment.actor:EnvironmentActor",
 }
 
 

@@ -41,6 +41,7 @@ from pipeline.tasks.curriculum import Curriculum
 from pipeline.tasks.scoring import first_error_index, safe_reward
 from transport.messages import (
     PromptSpec,
+    SampleResult,
     SamplingSpec,
     SaveCheckpoint,
     TrainReport,
@@ -281,14 +282,33 @@ def trainable(
     return kept, len(samples) - len(kept)
 
 
+def episode_sample(prompt_ids: tuple[int, ...], s: SampleResult) -> TrainSampleSpec:
+    """A multi-turn sample in the trainer's format: its environment's reward, its mask."""
+    assert s.episode is not None
+    return TrainSampleSpec(
+        prompt_ids=prompt_ids,
+        completion_ids=s.token_ids,
+        old_logprobs=s.logprobs,
+        reward=s.episode.reward,
+        group_id=s.group_id,
+        weight_versions=s.weight_versions,
+        loss_mask=s.episode.loss_mask,
+    )
+
+
 def score(
     task: Task, prompts: list[TaskPrompt], groups: list[Group], credit: bool = False
 ) -> tuple[tuple[TrainSampleSpec, ...], list[float], int]:
     """Every sample with its verifier reward, in the trainer's format, and how many rewards
-    failed (scored 0: `safe_reward`)."""
+    failed (scored 0: `safe_reward`). A multi-turn episode's reward is its environment's
+    (`EpisodeResult.reward`) and its loss mask keeps the observation tokens out of training."""
     samples, rewards, num_failed = [], [], 0
     for prompt, group in zip(prompts, groups, strict=True):
         for s in group.samples:
+            if s.episode is not None:
+                samples.append(episode_sample(prompt.token_ids, s))
+                rewards.append(s.episode.reward)
+                continue
             reward, failed = safe_reward(task, prompt, s.token_ids)
             num_failed += failed
             rewards.append(reward)

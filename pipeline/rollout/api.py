@@ -20,6 +20,9 @@ and sampling with a `RolloutInputError` naming the prompt and the field; weights
 names, shapes or dtypes do not fit the generators' model, or a version that does not rise
 above the generators', with a `WeightsError` naming the tensor. A generator that cannot
 load a publication refuses it and keeps serving its old weights: `WeightsRefused`.
+Multi-turn episodes (docs/multiturn.md): `generate(..., episode=EpisodeSpec(...))` runs
+every sample as an episode against environment actors (`rollout_config(environments=N)`);
+each sample then carries its trajectory records in `SampleResult.episode`.
 `generate` fails within seconds when no generator is alive (`GeneratorsLost`); one that
 is cancelled (or times out) ends its rollout at the scheduler, so the next call runs.
 """
@@ -50,10 +53,11 @@ from pipeline.launch.backend import server_start_s
 from pipeline.records.metrics import compute_metrics, save_metrics
 from pipeline.records.plot import PLOT_HINT, can_plot, plot_timeline
 from pipeline.records.trace import save_trace
-from pipeline.rollout.checks import GeneratorModel, check_prompts, prompt_specs
+from pipeline.rollout.checks import GeneratorModel, check_episode, check_prompts, prompt_specs
 from transport.errors import PeerGone, TransportError
 from transport.messages import (
     CancelRollout,
+    EpisodeSpec,
     Message,
     PromptBatch,
     PromptSpec,
@@ -135,11 +139,15 @@ def rollout_config(
     run_dir: str = "",
     drafts: Mapping[str, Any] | None = None,
     generator_kind: str = "generator",
+    environments: int = 0,
+    environment: Mapping[str, Any] | None = None,
 ) -> PipelineConfig:
     """The rollout topology: splitter, estimator, scheduler, `num_generators` generators and,
     when the generators speculate from their groups (`spec.mode` "group", the default), the
     draft-tree store (options: `drafts`). `generator_kind` swaps in another generator actor
-    (an import path, e.g. the benchmarks' stand-in); only the built-in kind gets a store."""
+    (an import path, e.g. the benchmarks' stand-in); only the built-in kind gets a store.
+    `environments`: how many environment actors run multi-turn episodes (options:
+    `environment`, `EnvironmentOptions`); 0: none, single-turn rollouts only."""
     gen_opts = dict(generator or {})
     sched_opts = {
         "policy": policy,
@@ -162,6 +170,14 @@ def rollout_config(
     if generator_kind == "generator" and mode == "group":
         store = ActorGroup(role="drafts", kind="drafts", options=dict(drafts or {}))
         topology = Topology(actors=(*topology.actors, store))
+    if environments:
+        env = ActorGroup(
+            role="environment",
+            kind="environment",
+            count=environments,
+            options=dict(environment or {}),
+        )
+        topology = Topology(actors=(*topology.actors, env))
     extra: dict[str, Any] = {} if run_id is None else {"run_id": run_id}
     wait = server_start_s(gen_opts)
     if wait:  # generators that launch their server report ready once it serves
@@ -221,11 +237,14 @@ class Rollout:
         sampling: SamplingSpec | None = None,
         *,
         policy: str = "",
+        episode: EpisodeSpec | None = None,
     ) -> list[Group]:
-        """One group of `group_size` samples per prompt, in prompt order."""
-        return (
-            await self.generate_with_record(prompts, group_size, sampling, policy=policy)
-        ).groups
+        """One group of `group_size` samples per prompt, in prompt order (`episode`: each
+        sample is a multi-turn episode)."""
+        result = await self.generate_with_record(
+            prompts, group_size, sampling, policy=policy, episode=episode
+        )
+        return result.groups
 
     async def generate_with_record(
         self,
@@ -235,6 +254,7 @@ class Rollout:
         *,
         policy: str = "",
         stream: StreamToRanks | None = None,
+        episode: EpisodeSpec | None = None,
     ) -> RolloutResult:
         """`stream`: send each sample, scored, straight from the scheduler to the trainer
         ranks as it finishes (its `rollout_id` is filled in here); the result's samples then
@@ -243,6 +263,8 @@ class Rollout:
         specs = prompt_specs(prompts)
         sampling = SamplingSpec() if sampling is None else sampling
         check_prompts(specs, group_size, sampling, self.generator_model)
+        if episode is not None:
+            check_episode(episode, self.config)
         await cluster.poll_control()
         trouble = self._generators_trouble(cluster)
         if trouble:
@@ -254,6 +276,7 @@ class Rollout:
             group_size=group_size,
             sampling=sampling,
             policy=policy,
+            episode=episode,
         )
         failed_before = cluster.status[("scheduler", 0)].num_failed
         try:

@@ -5,8 +5,9 @@ than in an actor (where it used to kill every generator, or come back as samples
 tokens whose reason was only in a log). `RolloutInputError` (a `ValueError`) is the base:
 `InvalidPromptError` for a prompt (its id, its tokens: not integers, negative, outside the
 vocabulary, longer than the context or the KV budget; its forced lengths),
-`InvalidSamplingError` for a `SamplingSpec` field; an empty prompt list and a group size
-below 1 raise the base class.
+`InvalidSamplingError` for a `SamplingSpec` field, `InvalidEpisodeError` for an
+`EpisodeSpec` field (or episodes without an environment actor in the topology); an empty
+prompt list and a group size below 1 raise the base class.
 
 `GeneratorModel` is what the driver knows of the generators' model from the topology's
 options, read without loading a tensor: the vocabulary, the context and the KV budget to
@@ -17,6 +18,7 @@ context (the server reports it at run time), a model path that is not on this ho
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import operator
@@ -30,7 +32,7 @@ from actors.generator.options import GeneratorOptions
 from actors.model.config import ModelConfig
 from actors.model.weight_spec import WeightSpec, model_shape
 from pipeline.config import ConfigError, PipelineConfig, build_options
-from transport.messages import PromptSpec, SamplingSpec
+from transport.messages import EpisodeSpec, PromptSpec, SamplingSpec
 
 _INT64 = range(-(2**63), 2**63)
 
@@ -45,6 +47,36 @@ class InvalidPromptError(RolloutInputError):
 
 class InvalidSamplingError(RolloutInputError):
     """A `SamplingSpec` field is invalid."""
+
+
+class InvalidEpisodeError(RolloutInputError):
+    """An `EpisodeSpec` field is invalid, or the topology cannot run episodes."""
+
+
+def check_episode(episode: EpisodeSpec, config: PipelineConfig) -> None:
+    """`InvalidEpisodeError` naming the first bad field of a multi-turn episode spec."""
+    module, _, attr = episode.environment.partition(":")
+    if not module or not attr:
+        raise InvalidEpisodeError(
+            f"EpisodeSpec.environment must be an import path 'package.module:factory', "
+            f"got {episode.environment!r}"
+        )
+    for name, least in (("max_turns", 1), ("max_turn_tokens", 0), ("max_observation_tokens", 0)):
+        value = getattr(episode, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise InvalidEpisodeError(
+                f"EpisodeSpec.{name} must be an int >= {least}, got {value!r}"
+            )
+    if episode.observation_cut not in ("left", "right"):
+        raise InvalidEpisodeError(
+            "EpisodeSpec.observation_cut must be 'left' or 'right', "
+            f"got {episode.observation_cut!r}"
+        )
+    if not any(g.role == "environment" for g in config.topology.actors):
+        raise InvalidEpisodeError(
+            "multi-turn episodes need an 'environment' actor in the topology "
+            "(rollout_config(environments=N))"
+        )
 
 
 @dataclass(frozen=True)
@@ -125,9 +157,7 @@ def _prompt_spec(i: int, prompt: object) -> PromptSpec:
             ) from None
     if spec is None:
         return PromptSpec(prompt_id=f"p{i}", token_ids=tuple(tokens))
-    return PromptSpec(
-        prompt_id=spec.prompt_id, token_ids=tuple(tokens), forced_lens=spec.forced_lens
-    )
+    return dataclasses.replace(spec, token_ids=tuple(tokens))
 
 
 def check_prompts(

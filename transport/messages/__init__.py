@@ -6,6 +6,7 @@
 - `records`: what the scheduler recorded of a rollout (chunks, requests, counters)
 - `generation`: scheduler <-> generators (chunks, tokens, load)
 - `drafts`: generators <-> the draft-tree store
+- `environment`: scheduler <-> environment actors (multi-turn episodes)
 - `training`: driver -> trainer, trainer -> generators (weights), dispatcher -> ranks
 - `registry`: the wire tag of every message (`REGISTRY`, `register_extension`)
 
@@ -50,6 +51,13 @@ from transport.messages.drafts import (
     TokenAppend,
     TokensAppended,
 )
+from transport.messages.environment import (
+    EnvironmentClose,
+    EnvironmentFailure,
+    EnvironmentReset,
+    EnvironmentResult,
+    EnvironmentStep,
+)
 from transport.messages.generation import (
     ChunkAssigned,
     ChunkFinished,
@@ -74,6 +82,9 @@ from transport.messages.registry import (
 from transport.messages.rollout import (
     PROMPT_TAIL_TOKENS,
     CancelRollout,
+    EpisodeEnd,
+    EpisodeResult,
+    EpisodeSpec,
     EstimateUpdated,
     GroupInfo,
     GroupsOpened,
@@ -129,6 +140,14 @@ __all__ = [
     "ChunkRecord",
     "DraftDeltas",
     "EndRollout",
+    "EnvironmentClose",
+    "EnvironmentFailure",
+    "EnvironmentReset",
+    "EnvironmentResult",
+    "EnvironmentStep",
+    "EpisodeEnd",
+    "EpisodeResult",
+    "EpisodeSpec",
     "ErrorReply",
     "EstimateUpdated",
     "GetLiveGenerators",

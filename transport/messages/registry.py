@@ -26,6 +26,12 @@ from transport.messages.control import (
     TensorBlob,
 )
 from transport.messages.drafts import DraftDeltas, GroupsClosed, SyncDrafts, TokensAppended
+from transport.messages.environment import (
+    EnvironmentClose,
+    EnvironmentReset,
+    EnvironmentResult,
+    EnvironmentStep,
+)
 from transport.messages.generation import (
     ChunkAssigned,
     ChunkFinished,
@@ -111,6 +117,10 @@ REGISTRY: Final[dict[int, type[Message]]] = {
     62: DraftDeltas,
     63: GroupsClosed,
     90: CancelRollout,
+    91: EnvironmentReset,
+    92: EnvironmentStep,
+    93: EnvironmentClose,
+    94: EnvironmentResult,
 }
 
 

@@ -3,8 +3,8 @@ the scheduler's answer to the driver (samples, records, the streamed layout)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Final, TypeAlias
+from dataclasses import dataclass, field
+from typing import Final, Literal, TypeAlias
 
 from transport.messages.base import LogProbs, Message, Struct, TokenIds
 from transport.messages.records import RolloutRecord
@@ -12,6 +12,12 @@ from transport.messages.records import RolloutRecord
 PROMPT_TAIL_TOKENS: Final = 16
 """How many of a prompt's last tokens `GroupInfo.prompt_tail` carries: the draft store and
 every generator's replicas put them before each sibling's response, so they must agree."""
+
+
+MetaValue: TypeAlias = (
+    int | float | str | bool | tuple[int, ...] | tuple[float, ...] | tuple[str, ...]
+)
+"""A value of a task prompt's verifier metadata, as it travels to where samples are scored."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,6 +41,67 @@ class PromptSpec(Struct):
     prompt_id: str
     token_ids: TokenIds
     forced_lens: tuple[int, ...] = ()
+    # what the prompt's environment needs (a multi-turn episode's `reset` gets it)
+    env_info: dict[str, MetaValue] = field(default_factory=dict)
+
+
+EpisodeEnd = Literal[
+    "done",
+    "max_turns",
+    "length",
+    "error",
+    "env_error",
+    "env_timeout",
+    "env_lost",
+    "bad_observation",
+]
+"""Why an episode ended: its environment said done; `max_turns` steps without done; its token
+budget (the sampling's `max_new_tokens`, actions and observations together) ran out; its
+generation failed ("error"); its environment raised, timed out, was lost (the environment
+actor stopped answering) or returned something that is not token ids or text. The last
+four score the episode 0 (docs/multiturn.md)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EpisodeSpec(Struct):
+    """A multi-turn episode: after each turn (the model's action, ended by a stop token or
+    `max_turn_tokens`) the environment built by `environment` ("package.module:factory",
+    imported by the environment actor) answers with an observation that is appended to the
+    context with loss mask 0. `max_turns` environment steps at most; an observation longer
+    than `max_observation_tokens` is cut on the side `observation_cut` names ("right" keeps
+    its first tokens, "left" its last). The episode's whole token budget after the prompt
+    (actions and observations) is the sampling's `max_new_tokens`."""
+
+    environment: str
+    max_turns: int = 4
+    max_turn_tokens: int = 0  # action tokens per turn (0: only the episode budget bounds it)
+    max_observation_tokens: int = 64
+    observation_cut: Literal["left", "right"] = "right"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EpisodeResult(Struct):
+    """A multi-turn sample's trajectory records, one entry per token of its `token_ids`
+    where per token: `loss_mask` 1 for a token the model sampled, 0 for an observation
+    token; `token_versions` the weight version that sampled the token (-1: observation).
+    Per turn: `turn_ends` (one past the turn's last action token), `stop_reasons` ("stop",
+    "turn_length", "length", "error") and `step_rewards` (what each environment step gave;
+    a turn the environment never answered has none). `reward`: the episode's reward (the
+    sum of its step rewards; 0 when it ended in a failure of its environment);
+    `num_cut_tokens`: observation tokens cut to the per-turn budget."""
+
+    loss_mask: TokenIds
+    token_versions: TokenIds
+    turn_ends: tuple[int, ...]
+    stop_reasons: tuple[str, ...]
+    step_rewards: tuple[float, ...]
+    reward: float
+    end_reason: EpisodeEnd
+    num_cut_tokens: int = 0
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turn_ends)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,6 +116,8 @@ class RequestSpec(Struct):
     prompt_ids: TokenIds
     sampling: SamplingSpec
     forced_len: int = 0
+    episode: EpisodeSpec | None = None  # a multi-turn episode (None: one completion)
+    env_info: dict[str, MetaValue] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,6 +148,7 @@ class SampleResult(Struct):
     start_s: float
     end_s: float
     error: str = ""
+    episode: EpisodeResult | None = None  # a multi-turn sample's trajectory records
 
     @property
     def num_chunks(self) -> int:
@@ -94,6 +164,7 @@ class PromptBatch(Message):
     group_size: int
     sampling: SamplingSpec
     policy: str = ""
+    episode: EpisodeSpec | None = None  # every sample is a multi-turn episode
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,12 +202,6 @@ class EstimateUpdated(Message):
     rollout_id: str
     group_id: str
     estimate: int
-
-
-MetaValue: TypeAlias = (
-    int | float | str | bool | tuple[int, ...] | tuple[float, ...] | tuple[str, ...]
-)
-"""A value of a task prompt's verifier metadata, as it travels to where samples are scored."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -67,6 +67,9 @@ class TrainSampleSpec(Struct):
     # the completion token the task's verifier located as the first mistake (-1: none, or a
     # right answer): the sample then trains on that token alone (step credit, trainer/batch.py)
     error_index: int = -1
+    # per completion token: 1 trains (the model sampled it), 0 never does (a multi-turn
+    # episode's observation tokens); empty: every completion token trains
+    loss_mask: TokenIds = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
