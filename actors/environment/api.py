@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
@@ -61,6 +63,9 @@ def load_factory(path: str) -> EnvironmentFactory:
         raise EnvironmentLoadError(
             f"environment {path!r}: expected an import path 'package.module:factory'"
         )
+    cwd = os.getcwd()  # a user's module lives where they run `seer`: the actor starts with
+    if "" not in sys.path and cwd not in sys.path:  # `-P` (pipeline/launch/child.py), so the
+        sys.path.append(cwd)  # working directory goes behind the installed packages
     try:
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
