@@ -309,7 +309,9 @@ def apply_overrides(obj: Any, assignments: Sequence[str], where: str = "--set") 
     """`obj` (a config dataclass) with dotted `KEY=VALUE` assignments applied in order
     (`generator.max_batch=64`): the value is read as TOML (`64`, `5e-4`, `true`, `[1, 2]`,
     `"text"`), a bare word or a value for a text field as text; every mistake is the
-    `ConfigError` the same key in a TOML file gives, prefixed with the assignment."""
+    `ConfigError` the same key in a TOML file gives, prefixed with the assignment. A key
+    with no dot that is not a field of `obj` but names a field of exactly one of its tables
+    is that field (`lr=5e-4` is `trainer.lr=5e-4`)."""
     for text in assignments:
         key, sep, raw = text.partition("=")
         path = key.strip().split(".")
@@ -317,11 +319,31 @@ def apply_overrides(obj: Any, assignments: Sequence[str], where: str = "--set") 
             raise ConfigError(
                 f"{where} {text!r}: expected KEY=VALUE with a dotted KEY (generator.max_batch=64)"
             )
+        path = _short_key(type(obj), path, f"{where} {text}")
         value = _override_value(type(obj), path, raw.strip())
         for part in reversed(path):
             value = {part: value}
         obj = _build(type(obj), value, f"{where} {text}: {type(obj).__name__}", base=obj)
     return obj
+
+
+def _short_key(cls: type[Any], path: list[str], where: str) -> list[str]:
+    """`path`, or [table, key] when `path` is one key that `cls` lacks and exactly one of its
+    dataclass fields (a table) has; a key two tables have is refused, naming both."""
+    if len(path) != 1 or not dataclasses.is_dataclass(cls):
+        return path
+    hints = typing.get_type_hints(cls)
+    if path[0] in hints:
+        return path
+    tables = [
+        name
+        for name, tp in hints.items()
+        if dataclasses.is_dataclass(tp) and path[0] in typing.get_type_hints(tp)
+    ]
+    if len(tables) > 1:
+        options = " or ".join(f"{t}.{path[0]}" for t in tables)
+        raise ConfigError(f"{where}: {path[0]!r} is ambiguous: say {options}")
+    return [tables[0], path[0]] if tables else path
 
 
 def _override_value(cls: type[Any], path: list[str], raw: str) -> Any:

@@ -151,8 +151,14 @@ def test_overrides_are_typed_like_the_toml(tmp_path: Path) -> None:
     assert (cfg.generator.max_batch, cfg.trainer.lr, cfg.run_id) == (64, 5e-4, "123")
     assert not cfg.curriculum and cfg.policy == "divided" and cfg.task == "countdown"
     assert cfg.generator.max_prefill_tokens == RunConfig().generator.max_prefill_tokens
+    # a key only one table has needs no table (the issue's `--set lr=5e-4`)
+    short = apply_overrides(RunConfig(), ["lr=5e-4", "max_batch=64"])
+    assert (short.trainer.lr, short.generator.max_batch) == (5e-4, 64)
     for assignment, message in (
-        ("lr=5e-4", "unknown keys ['lr']; did you mean 'trainer.lr'?"),
+        ("lr=fast", "RunConfig.trainer.lr: expected float, got str"),
+        ("num_threads=2", "'num_threads' is ambiguous: say generator.num_threads or "
+         "trainer.num_threads"),
+        ("itertions=3", "unknown keys ['itertions']; did you mean 'iterations'?"),
         ("generator.max_bach=3", "RunConfig.generator: unknown keys ['max_bach']; did you mean "
          "'max_batch'?"),
         ("trainer.lr=fast", "RunConfig.trainer.lr: expected float, got str"),
