@@ -217,9 +217,9 @@ class Speculation:
             inst.one_step = True
             self._grants[inst.index].pop(key, None)
         self._observe(inst, table, classes)
-        seconds, plain, g = self._step_cost(inst.running)
+        seconds, plain, depth = self._step_cost(inst.running)
         self.policies[inst.index].observe_step(
-            batch, sum(c.rate for c in inst.running), seconds, draft_len=g, plain_seconds=plain
+            batch, sum(c.rate for c in inst.running), seconds, draft_len=depth, plain_seconds=plain
         )
 
     def _step_cost(self, rows: Sequence[Any]) -> tuple[float, float, float]:
