@@ -21,12 +21,23 @@ acceptance estimated per draft node instead of per class:
    a deep verify step: grouped drafts slowed every configuration of the full validation
    workload (`seer sim validate`), live and simulated alike.
 With few running requests (the tail) drafts become top-k multi-path trees.
-4. Exploration: after `explore_every` steps without a draft, the best `batch / 8` nodes
+4. Measured, not only profiled (``actors.drafts.measured``): the speculator reports every
+   decode step's measured seconds (``observe_step``); ``MeasuredCost`` compares drafted
+   steps' measured extra time over plain steps with the profile's, and T(B, g) above is
+   the profile with its extra scaled by that factor (``step_times``). Where verification
+   and drafting cost more than the profile says (a CPU: the extra rows of a verify step
+   cost about what they return, and drafting from the trees takes the same cores), drafts
+   are priced up and speculation turns down, then off; where drafted steps cost what the
+   profile says, the factor stays near 1 and the budget is the profile's.
+5. Exploration: after `explore_every` steps without a draft, the best `batch / 8` nodes
    (at least one) are drafted anyway. The estimates above only move when drafts are
    verified: without this, a few early misses (the first tiny rollout, a cold tree) could
    pin the calibration low and switch speculation off for good (measured on a policy after
    RL: one of two generators stayed at acceptance length 1.0). It costs a few nodes every
-   16 steps.
+   16 steps; an exploration whose step measured slower than a plain one doubles the
+   interval (up to 16x: every 256 steps), so where drafts do not pay exploring costs
+   almost nothing; an exploration that measured faster, or a drafted grant that is not
+   an exploration, sets it back.
 `can_pay` bounds a step's gain with the best calibrated bin before any drafting work.
 `AcceptanceStats` keeps the acceptance per draft position; `best_draft_len` is Seer's
 class-level g* from it.
@@ -41,6 +52,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from actors.drafts.measured import MeasuredCost
 from actors.drafts.options import SpecConfig
 
 StepTime = Callable[[int, int], float]
@@ -49,6 +61,8 @@ StepTime = Callable[[int, int], float]
 # is left out of a depth budget (measured on the built-in engine: 96 tokens more in a
 # 16-row verify step of depth 8 at 384 tokens of context cost 4% of the step)
 MIN_NODE_GAIN = 0.05
+# exploration backs off to at most this many times `explore_every` steps
+MAX_EXPLORE_BACKOFF = 16
 
 
 class AcceptanceStats:
@@ -175,15 +189,19 @@ class MarginalBenefitPolicy:
         self.padded = padded  # the engine prices a step at its longest draft
         self.stats = AcceptanceStats(config.g_max)
         self.calibration = Calibration()
+        self.measured = MeasuredCost()
         self._times: dict[int, list[float]] = {}
-        self._pays: dict[int, tuple[bool, int]] = {}  # batch -> (can pay, when decided)
+        # batch -> (can pay, observed drafts and measured drafted steps when decided)
+        self._pays: dict[int, tuple[bool, int, int]] = {}
         self._num_observed = 0
         self._steps = 0  # can_pay calls: one per engine step
         self._last_grant = 0  # the step of the last draft granted
+        self.explore_interval = config.explore_every  # backs off while explorations lose
+        self._pending: tuple[int, float, bool] | None = None  # last grant: B, T(B, d), explore
 
-    def step_times(self, batch: int) -> list[float]:
-        """T(batch, g) for g = 0..g_max, made non-decreasing in g (a longer draft never
-        costs less; the profile's noise can say otherwise). Cached per batch size."""
+    def profiled_times(self, batch: int) -> list[float]:
+        """The profile's T(batch, g) for g = 0..g_max, made non-decreasing in g (a longer
+        draft never costs less; the profile's noise can say otherwise). Cached per batch."""
         times = self._times.get(batch)
         if times is None:
             times = list(
@@ -194,6 +212,11 @@ class MarginalBenefitPolicy:
             self._times[batch] = times
         return times
 
+    def step_times(self, batch: int) -> list[float]:
+        """T(batch, g) as the budget prices it: the profile's, its extra for drafts scaled
+        by what drafted steps measured (``MeasuredCost.price``)."""
+        return self.measured.price(self.profiled_times(batch))
+
     def can_pay(self, batch: int) -> bool:
         """Whether drafts could pay at all this step, before any drafting work (the
         speculator asks once per engine step): with every node accepted as often as the
@@ -203,12 +226,13 @@ class MarginalBenefitPolicy:
         drafts; True anyway when an exploration is due."""
         self._steps += 1
         cached = self._pays.get(batch)
-        if cached is None or self._num_observed - cached[1] >= 64:
-            cached = self._pays[batch] = (self._can_pay(batch), self._num_observed)
+        num_drafted = self.measured.num_drafted
+        if cached is None or self._num_observed - cached[1] >= 64 or num_drafted - cached[2] >= 8:
+            cached = self._pays[batch] = (self._can_pay(batch), self._num_observed, num_drafted)
         return cached[0] or self._explore_due()
 
     def _explore_due(self) -> bool:
-        return self._steps - self._last_grant >= self.config.explore_every
+        return self._steps - self._last_grant >= self.explore_interval
 
     def _can_pay(self, batch: int) -> bool:
         times = self.step_times(batch)
@@ -252,22 +276,34 @@ class MarginalBenefitPolicy:
             if rate > best_rate:
                 best_n, best_rate = n, rate
         probes = sum(1 for cand in candidates if cand.is_probe and cand.probs)
+        explore = False
         if best_n == 0 or best_n < probes:  # Seer: no speculation below the probes' need
             if not order or not self._explore_due():
+                self._pending = None
                 return {}
-            best_n = max(1, batch // 8)  # explore: keep the estimates measured
-        return self._grant(order[:best_n])
+            best_n, explore = max(1, batch // 8), True  # explore: keep the estimates measured
+        taken = order[:best_n]
+        profiled = _interp(self.profiled_times(batch), len(taken) / batch)
+        return self._grant(taken, batch, profiled, explore)
 
-    def _grant(self, nodes: Sequence[tuple[str, float]]) -> dict[str, int]:
+    def _grant(
+        self, nodes: Sequence[tuple[str, float]], batch: int, profiled: float, explore: bool
+    ) -> dict[str, int]:
         """Draft nodes per request for ``nodes`` in allocation order."""
         grant: dict[str, int] = {}
         for rid, _ in nodes:
             grant[rid] = grant.get(rid, 0) + 1
-        return self._granted(grant)
+        return self._granted(grant, batch, profiled, explore)
 
-    def _granted(self, grant: dict[str, int]) -> dict[str, int]:
-        """Record that this step drafts (exploration is due ``explore_every`` steps after)."""
+    def _granted(
+        self, grant: dict[str, int], batch: int, profiled: float, explore: bool
+    ) -> dict[str, int]:
+        """Record that this step drafts (exploration is due ``explore_interval`` steps
+        after), and the profile's time for it (``observe_step`` measures it)."""
         self._last_grant = self._steps
+        self._pending = (batch, profiled, explore)
+        if not explore:
+            self.explore_interval = self.config.explore_every
         return grant
 
     def _allocate_padded(self, batch: int, candidates: Sequence[Candidate]) -> dict[str, int]:
@@ -295,11 +331,58 @@ class MarginalBenefitPolicy:
                 n -= 1
             if n:
                 grant[rid] = n
+        profiled = self.profiled_times(batch)
         if not grant:
             if not estimates or not self._explore_due():
+                self._pending = None
                 return {}
-            return self._grant(self._order(candidates)[: max(1, batch // 8)])  # explore
-        return self._granted(grant)
+            order = self._order(candidates)[: max(1, batch // 8)]  # explore
+            depth = max(sum(1 for r, _ in order if r == rid) for rid, _ in order)
+            return self._grant(order, batch, profiled[depth], True)
+        return self._granted(grant, batch, profiled[max(grant.values())], False)
+
+    def observe_step(
+        self,
+        batch: int,
+        num_tokens: float,
+        seconds: float,
+        *,
+        draft_len: float | None = None,
+        plain_seconds: float | None = None,
+    ) -> None:
+        """One decode step as measured: ``batch`` decoding rows produced ``num_tokens``
+        tokens (bonus tokens included) in ``seconds`` (the speculator's drafting work
+        included). A step drafted by the last grant measures what drafts cost against the
+        profile's T(B, d); a step without drafts measures the machine against T(B, 0). An
+        exploration that measured slower than a plain step doubles the exploration
+        interval (up to ``MAX_EXPLORE_BACKOFF`` times ``explore_every``); one that measured
+        faster sets it back to ``explore_every``.
+
+        ``draft_len``: the step's draft length as this policy prices it (its depth on a
+        padded engine, else nodes per row), for a caller that reuses grants (the
+        simulator) instead of the last grant; ``plain_seconds``: what the step would have
+        taken without drafts, where the caller knows it (the simulator's cost model)."""
+        pending, self._pending = self._pending, None
+        if batch <= 0 or seconds <= 0:
+            return
+        profiled_times = self.profiled_times(batch)
+        profiled = profiled_times[0]
+        if draft_len is not None:
+            pending = (batch, _interp(profiled_times, draft_len), False) if draft_len else None
+        if pending is None or pending[0] != batch:
+            self.measured.plain(seconds, profiled)
+            return
+        _, profiled_drafted, explore = pending
+        speedup = self.measured.drafted(
+            num_tokens / batch, seconds, profiled, profiled_drafted, plain_seconds
+        )
+        if not explore:
+            return
+        if speedup < 1.0:
+            cap = self.config.explore_every * MAX_EXPLORE_BACKOFF
+            self.explore_interval = min(2 * self.explore_interval, cap)
+        else:  # drafts paid where they were not expected to: measure again soon
+            self.explore_interval = self.config.explore_every
 
     def observe(
         self, draft_depth: int, accepted: int, probs: Sequence[float], node_ok: Sequence[bool]
@@ -373,6 +456,17 @@ class FixedPolicy:
 
     def can_pay(self, batch: int) -> bool:
         return True
+
+    def observe_step(
+        self,
+        batch: int,
+        num_tokens: float,
+        seconds: float,
+        *,
+        draft_len: float | None = None,
+        plain_seconds: float | None = None,
+    ) -> None:
+        pass  # nothing adapts
 
 
 SpecPolicy = MarginalBenefitPolicy | FixedPolicy

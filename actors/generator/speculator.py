@@ -7,10 +7,18 @@ step's budget among them, and returns `Draft`s for `engine.step`. After the step
 appends for the store) and measures acceptance per draft position for the policy and per
 chunk for the rollout metrics (`SpecStats`). With mode "off" it drafts nothing but still
 counts verify steps, so acceptance length reads 1.0.
+
+It also measures: every decode step's seconds, from the start of its drafting work to the
+end of `observe` (the engine step and everything speculation adds around it), go to the
+policy with the step's tokens (`policy.observe_step`), so the budget weighs what drafted
+steps really cost and return (``actors.drafts.measured``). A step that prefilled is not
+measured (its time is not the decode's). The simulator passes the cost model's seconds
+instead of the clock's.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -61,6 +69,7 @@ class Speculator:
         self._skip: dict[int, int] = {}  # batch size -> steps to skip drafting
         self.is_drafting = False  # whether the last step's batch size was worth drafting for
         self._backoff: dict[int, int] = {}
+        self._step_start: float | None = None  # when the current step's drafting began
 
     def start(
         self,
@@ -95,6 +104,7 @@ class Speculator:
             self.client.forget(request_ids)
 
     def drafts(self, decoding_ids: Sequence[str]) -> dict[str, Draft]:
+        self._step_start = time.perf_counter()
         self._drafted = {}
         client = self.client
         if client is None or not decoding_ids:
@@ -133,7 +143,16 @@ class Speculator:
             self._drafted[rid] = (draft, [float(p) for p in res.probs[:n]])
         return out
 
-    def observe(self, result: StepResult, decoding_ids: Sequence[str]) -> None:
+    def observe(
+        self,
+        result: StepResult,
+        decoding_ids: Sequence[str],
+        seconds: float | None = None,
+        plain_seconds: float | None = None,
+    ) -> None:
+        """After the step: tokens to the draft source, acceptance to the policy, and the
+        step's measured cost (``seconds``: the simulator's, with ``plain_seconds``, what
+        the step would have cost without drafts; None: the clock's since ``drafts``)."""
         decoding = set(decoding_ids)
         client, drafted = self.client, self._drafted
         steps = tokens = 0
@@ -160,6 +179,15 @@ class Speculator:
                 self.policy.observe(max(depths, default=0), accepted, probs, node_ok)
         self.totals["num_steps"] += steps
         self.totals["num_tokens"] += tokens
+        start, self._step_start = self._step_start, None
+        if seconds is None and start is not None:
+            seconds = time.perf_counter() - start
+        if not decoding:
+            return
+        measurable = steps == len(decoding) and not result.num_prefill_tokens
+        if seconds is None or not measurable:
+            seconds = 0.0  # nothing measured; the policy forgets the step's grant
+        self.policy.observe_step(len(decoding), tokens, seconds, plain_seconds=plain_seconds)
 
     @property
     def mean_accept_len(self) -> float:

@@ -19,6 +19,12 @@ on ``threads`` torch threads (1 by default) for everything in the run.
   draft of g tokens at a 128-token context, median of repeats (the engine's ``StepProfile``).
 - spec_speedup (small shape only): greedy, the same requests without drafts and with perfect
   drafts (the true continuation) of each length in a small grid; the best length per batch.
+- spec_adaptive (small shape only): the same perfect drafts, their depth chosen step by step
+  by the generator's adaptive budget (``MarginalBenefitPolicy``, padded, priced by the
+  verify profile above and by the step times it measures, as live); after one untimed
+  run of the same requests (the policy learns acceptance and cost online, as a
+  generator does across iterations), its speed-up over no drafts beside the best fixed
+  length's.
 """
 
 from __future__ import annotations
@@ -31,8 +37,11 @@ from typing import Any, TypedDict
 import torch
 from rich.console import Console
 
+from actors.drafts.options import SpecConfig
+from actors.drafts.policy import Candidate, MarginalBenefitPolicy
 from actors.generator import ChunkRequest, Draft, SamplingParams
 from actors.generator.builtin import EngineConfig, StepProfile, TorchEngine
+from actors.generator.speculator import node_outcomes
 from actors.model import LlamaModel, ModelConfig, load_hf_folder
 from actors.model.packed import PackedWeights
 from pipeline.bench import hf_generate
@@ -65,6 +74,7 @@ BATCHES = (1, 8, 32)
 PROMPT_LEN = 16  # the small shape's; the others' is LARGE_PROMPT_LEN
 LARGE_PROMPT_LEN = 32
 NEW_TOKENS = {True: {False: 128, True: 32}, False: {False: 48, True: 8}}  # [small][quick]
+ADAPTIVE_BATCHES = {False: BATCHES, True: (8,)}  # [quick]
 MAX_SEQ_LEN = 256  # the engine's slots: the longest prompt + new tokens + draft, with room
 
 
@@ -82,6 +92,16 @@ class SpecRow(TypedDict):
     speedup: float
     steps: int
     baseline_steps: int
+    outputs_match: bool
+
+
+class AdaptiveRow(TypedDict):
+    batch: int
+    speedup: float  # over no drafts, this run
+    best_fixed_speedup: float  # the best fixed draft length's, this run
+    mean_depth: float  # draft nodes per drafted row
+    drafted_steps: int
+    steps: int
     outputs_match: bool
 
 
@@ -106,6 +126,7 @@ def run(
         repeats = repeats or (1 if quick else 3)
         decode = _decode_rows(model, hf, prompt_len, new_tokens, repeats)
         grid: list[list[SpecRow]] = []
+        adaptive: list[AdaptiveRow] = []
         profile = None
         if small:
             lens = (0, 2, 4, 8) if quick else tuple(range(9))
@@ -113,12 +134,18 @@ def run(
             reps = 3 if quick else 7
             profile = StepProfile.measure(model, BATCHES, lens, 128, reps, packed)
             spec = (2, 4) if quick else (1, 2, 4, 8)
-            grid = [_speedup(model, b, new_tokens, spec) for b in BATCHES]
+            runs = [_speedup(model, b, new_tokens, spec) for b in BATCHES]
+            grid = [rows for rows, _, _ in runs]
+            adaptive = [
+                _adaptive(model, b, new_tokens, profile, rows, base_s, truth)
+                for b, (rows, base_s, truth) in zip(BATCHES, runs, strict=True)
+                if b in ADAPTIVE_BATCHES[quick]
+            ]
     finally:
         torch.set_num_threads(previous)
     best = [max(rows, key=lambda r: r["speedup"]) for rows in grid]
     label = model_dir or shape
-    _print(label, decode, profile, best, prompt_len, new_tokens, threads)
+    _print(label, decode, profile, best, prompt_len, new_tokens, threads, adaptive)
     result: dict[str, object] = {
         "shape": label,
         "model": {"params": sum(p.numel() for p in model.parameters()), **model.config.to_dict()},
@@ -131,6 +158,7 @@ def run(
         "verify": profile.as_rows() if profile is not None else [],
         "spec_speedup": best,
         "spec_grid": [row for rows in grid for row in rows],
+        "spec_adaptive": adaptive,
     }
     if json_path:
         write_results(json_path, result)
@@ -241,9 +269,86 @@ def _greedy_run(
     return time.perf_counter() - start, out, steps
 
 
+def _adaptive_run(
+    model: LlamaModel,
+    batch: int,
+    new_tokens: int,
+    truth: dict[str, list[int]],
+    policy: MarginalBenefitPolicy,
+) -> tuple[float, dict[str, list[int]], int, int, int, int]:
+    """Seconds, outputs, steps, drafted steps, drafted rows and draft nodes of a greedy run
+    with perfect
+    drafts of the depth ``policy`` grants each step; the policy observes every verified
+    draft and every decode step's measured seconds (drafting work included), as the
+    generator's ``Speculator`` does."""
+    engine = _engine(model, batch)
+    params = SamplingParams(temperature=0.0, ignore_eos=True)
+    out: dict[str, list[int]] = {f"r{i}": [] for i in range(batch)}
+    g_max = policy.config.g_max
+    start = time.perf_counter()
+    for i, prompt in enumerate(_prompts(batch)):
+        engine.add(ChunkRequest(f"r{i}", prompt, new_tokens, params=params))
+    steps = drafted = rows = nodes = 0
+    while engine.has_work():
+        began = time.perf_counter()
+        decoding = engine.decoding_request_ids()
+        drafts: dict[str, Draft] = {}
+        if decoding and policy.can_pay(len(decoding)):
+            ahead = {rid: truth[rid][len(out[rid]) : len(out[rid]) + g_max] for rid in decoding}
+            cands = [Candidate(rid, False, [1.0] * len(ahead[rid])) for rid in decoding]
+            grant = policy.allocate(len(decoding), cands)
+            drafts = {rid: Draft.chain(ahead[rid][:n]) for rid, n in grant.items()}
+        result = engine.step(drafts)
+        made = 0
+        for delta in result.deltas:
+            out[delta.request_id].extend(delta.token_ids)
+            made += len(delta.token_ids)
+            draft = drafts.get(delta.request_id)
+            if draft is not None:
+                ok = delta.num_accepted_tokens
+                depths, node_ok = node_outcomes(draft, delta.token_ids[:ok])
+                policy.observe(max(depths), ok, [1.0] * len(draft), node_ok)
+                rows += 1
+                nodes += len(draft)
+        measured = not result.num_prefill_tokens and len(result.deltas) == len(decoding)
+        seconds = time.perf_counter() - began if measured else 0.0
+        policy.observe_step(len(decoding), made, seconds)
+        steps += 1
+        drafted += bool(drafts)
+    return time.perf_counter() - start, out, steps, drafted, rows, nodes
+
+
+def _adaptive(
+    model: LlamaModel,
+    batch: int,
+    new_tokens: int,
+    profile: StepProfile,
+    fixed: list[SpecRow],
+    base_s: float,
+    truth: dict[str, list[int]],
+) -> AdaptiveRow:
+    """The adaptive budget on perfect drafts against no drafts (``base_s``, its outputs
+    ``truth``), after one untimed run; beside the best of the ``fixed`` lengths."""
+    policy = MarginalBenefitPolicy(SpecConfig(), profile.seconds, padded=True)
+    _adaptive_run(model, batch, new_tokens, truth, policy)  # learns, untimed
+    spec_s, out, steps, drafted, rows, nodes = _adaptive_run(
+        model, batch, new_tokens, truth, policy
+    )
+    return {
+        "batch": batch,
+        "speedup": base_s / spec_s,
+        "best_fixed_speedup": max(r["speedup"] for r in fixed),
+        "mean_depth": nodes / rows if rows else 0.0,
+        "drafted_steps": drafted,
+        "steps": steps,
+        "outputs_match": out == truth,
+    }
+
+
 def _speedup(
     model: LlamaModel, batch: int, new_tokens: int, lens: tuple[int, ...]
-) -> list[SpecRow]:
+) -> tuple[list[SpecRow], float, dict[str, list[int]]]:
+    """The fixed draft lengths' rows; the run without drafts: its seconds and outputs."""
     base_s, truth, base_steps = _greedy_run(model, batch, new_tokens, 0, None)
     rows: list[SpecRow] = []
     for g in lens:
@@ -258,7 +363,7 @@ def _speedup(
                 "outputs_match": out == truth,
             }
         )
-    return rows
+    return rows, base_s, truth
 
 
 def _print(
@@ -269,6 +374,7 @@ def _print(
     prompt_len: int,
     new_tokens: int,
     threads: int,
+    adaptive: list[AdaptiveRow],
 ) -> None:
     console = Console()
     if decode[0]["hf_generate_tokens_per_s"] is None:
@@ -325,6 +431,24 @@ def _print(
             "perfect drafts vs none (greedy), best draft length per batch",
             ("batch", "draft len", "speed-up", "steps", "baseline steps", "same output"),
             best_rows,
+        )
+    )
+    adaptive_rows = [
+        (
+            str(r["batch"]),
+            f"{r['speedup']:.2f}x",
+            f"{r['best_fixed_speedup']:.2f}x",
+            f"{r['mean_depth']:.1f}",
+            str(r["steps"]),
+            str(r["outputs_match"]),
+        )
+        for r in adaptive
+    ]
+    console.print(
+        results_table(
+            "perfect drafts, depth by the adaptive budget (after one untimed run)",
+            ("batch", "speed-up", "best fixed", "mean depth", "steps", "same output"),
+            adaptive_rows,
         )
     )
 

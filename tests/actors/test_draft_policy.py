@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
+from actors.drafts.measured import MIN_EXTRA, MeasuredCost
 from actors.drafts.policy import (
+    MAX_EXPLORE_BACKOFF,
     MIN_NODE_GAIN,
     AcceptanceStats,
     Calibration,
@@ -231,3 +235,129 @@ def test_a_padded_budget_skips_nodes_not_worth_one_and_drafting_that_does_not_pa
     costly = MarginalBenefitPolicy(SpecConfig(), steep, padded=True)
     trusted(costly, 0.9)
     assert costly.allocate(2, cands) == {}
+
+
+# ---- measured step times: the budget turns speculation off where it does not pay ----------
+
+
+def drive(
+    policy: MarginalBenefitPolicy,
+    steps: int,
+    real_cost: Callable[[int, int], float],
+    *,
+    batch: int = 16,
+    rate: float = 0.9,
+) -> tuple[float, float]:
+    """``steps`` decode steps of ``batch`` rows, each with a 4-node candidate, on an engine
+    whose steps really take ``real_cost(B, depth)`` seconds (the profile the policy prices
+    by may say otherwise) and whose nodes are accepted at ``rate`` (deterministically).
+    Returns (throughput over that of plain steps, fraction of steps drafted)."""
+    cands = [Candidate(f"r{i}", False, [0.85, 0.75, 0.65, 0.55]) for i in range(batch)]
+    tokens = seconds = 0.0
+    drafted = 0
+    for step in range(steps):
+        grant = policy.allocate(batch, cands) if policy.can_pay(batch) else {}
+        made = batch
+        for k, n in enumerate(grant[rid] for rid in sorted(grant)):
+            ok = [((step * batch + k) * 7 + j) * rate % 1 < rate for j in range(n)]
+            accepted = next((j for j, o in enumerate(ok) if not o), n)
+            policy.observe(n, accepted, [0.85, 0.75, 0.65, 0.55][:n], ok)
+            made += accepted
+        took = real_cost(batch, max(grant.values(), default=0))
+        policy.observe_step(batch, made, took)
+        tokens += made
+        seconds += took
+        drafted += bool(grant)
+    return tokens / seconds / (batch / real_cost(batch, 0)), drafted / steps
+
+
+def cheap(batch: int, g: int) -> float:
+    """What the profile says: a draft token costs 5% of a step (drafts pay)."""
+    return 1.0 + 0.05 * g
+
+
+def costly(batch: int, g: int) -> float:
+    """What steps really take: each draft token 1.2 steps (drafts never pay)."""
+    return 1.0 + 1.2 * g
+
+
+def test_measured_steps_turn_drafts_off_where_verification_costs_more_than_it_saves() -> None:
+    """The profile says drafts pay; the measured steps say they cost more than the tokens
+    they add: the budget stops drafting (explorations back off to every 256 steps) and
+    ends within 3% of no speculation."""
+    policy = MarginalBenefitPolicy(SpecConfig(), cheap, padded=True)
+    trusted(policy, 0.9)
+    assert policy.allocate(16, [Candidate("a", False, [0.85] * 4)])  # predicted to pay
+    first, _ = drive(policy, 100, costly)
+    assert first < 1.0  # it drafted, measured, and lost while learning
+    ratio, drafted = drive(policy, 3000, costly)
+    assert ratio >= 0.97
+    assert drafted < 0.01  # explorations only
+    assert policy.explore_interval == SpecConfig().explore_every * MAX_EXPLORE_BACKOFF
+    assert policy.measured.cost_factor > 10
+
+
+def test_measured_steps_keep_drafts_that_pay() -> None:
+    """Steps cost what the profile says and drafts are accepted: drafting stays on and
+    the measured cost factor stays 1."""
+    policy = MarginalBenefitPolicy(SpecConfig(), cheap, padded=True)
+    trusted(policy, 0.9)
+    ratio, drafted = drive(policy, 1000, cheap)
+    assert ratio > 1.5
+    assert drafted > 0.99
+    assert policy.measured.cost_factor == pytest.approx(1.0, abs=0.01)
+
+
+def test_a_machine_that_slows_down_alike_does_not_switch_drafts_off() -> None:
+    """Every step 1.8x slower than profiled (load on the host): plain steps measure it,
+    so drafted steps are weighed against plain ones measured alike, and drafts stay on."""
+    policy = MarginalBenefitPolicy(SpecConfig(), cheap, padded=True)
+    trusted(policy, 0.9)
+    drive(policy, 50, lambda b, g: 1.8)  # plain-speed steps, measured 1.8x the profile
+    ratio, drafted = drive(policy, 1000, lambda b, g: 1.8 * cheap(b, g))
+    assert ratio > 1.5 and drafted > 0.99
+
+
+def test_switched_off_drafts_recover_when_verification_gets_cheap() -> None:
+    """Off after costly steps; then steps cost what the profile says (another load on
+    the host, a longer context): explorations measure drafts paying and the budget
+    drafts again within a few hundred steps."""
+    policy = MarginalBenefitPolicy(SpecConfig(), cheap, padded=True)
+    trusted(policy, 0.9)
+    drive(policy, 2000, costly)
+    _, drafted = drive(policy, 300, costly)
+    assert drafted < 0.02
+    drive(policy, 1000, cheap)
+    ratio, drafted = drive(policy, 500, cheap)
+    assert drafted > 0.95 and ratio > 1.5
+    assert policy.explore_interval == SpecConfig().explore_every
+
+
+def test_an_unpadded_budget_reads_the_measured_steps_too() -> None:
+    policy = MarginalBenefitPolicy(SpecConfig(), cheap)
+    trusted(policy, 0.9)
+    ratio, drafted = drive(policy, 3000, costly)
+    assert ratio >= 0.97 and drafted < 0.01
+    drive(policy, 1000, cheap)
+    ratio, drafted = drive(policy, 500, cheap)
+    assert drafted > 0.95 and ratio > 1.5
+
+
+def test_measured_cost_weighs_drafted_steps_against_plain_ones() -> None:
+    cost = MeasuredCost(prior_steps=1.0)
+    assert cost.cost_factor == 1.0 and cost.base == 1.0
+    assert cost.price([1.0, 1.1, 1.2]) == [1.0, 1.1, 1.2]
+    for _ in range(200):
+        cost.plain(2.0, 1.0)  # the machine runs at half the profile's speed
+    assert cost.base == pytest.approx(2.0, abs=1e-3)
+    # 1.5 tokens per row in 3 s where a plain step takes 2 s: a speed-up of 1.0, and an
+    # extra of half a step where the profile said 10%
+    assert cost.drafted(1.5, 3.0, 1.0, 1.1) == pytest.approx(1.0, abs=1e-3)
+    cost.drafted(1.5, 0.0, 1.0, 1.1)  # nothing measured: ignored
+    assert cost.num_drafted == 1
+    for _ in range(100):
+        cost.drafted(1.5, 3.0, 1.0, 1.1)
+    assert cost.cost_factor == pytest.approx(5.0, abs=1e-3)
+    assert cost.price([1.0, 1.1, 1.0]) == pytest.approx([1.0, 1.5, 1.0 + 5 * MIN_EXTRA])
+    with pytest.raises(ValueError, match="decays"):
+        MeasuredCost(decay=1.5)

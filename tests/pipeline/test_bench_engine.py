@@ -36,6 +36,10 @@ def test_engine_bench_quick_writes_json(tmp_path: Path) -> None:
     # perfect drafts never change a greedy output, and they save verify steps
     assert data["spec_grid"] and all(r["outputs_match"] is True for r in data["spec_grid"])
     assert all(r["steps"] < r["baseline_steps"] for r in data["spec_grid"] if r["draft_len"])
+    # the adaptive budget's depth on the same perfect drafts: lossless too, and it drafts
+    assert [r["batch"] for r in data["spec_adaptive"]] == [8]  # quick: batch 8 only
+    assert all(r["outputs_match"] is True for r in data["spec_adaptive"])
+    assert any(r["drafted_steps"] and r["mean_depth"] >= 1 for r in data["spec_adaptive"])
 
 
 def test_to_hf_config_inverts_hf_config() -> None:

@@ -12,6 +12,11 @@ Two ways to draw what a draft holds:
   as far as the simulation has generated them, and every draft is verified against the
   request's recorded continuation, one step at a time (``Speculation.replay_drafts``,
   ``pipeline.sim.replay``).
+
+Either way the policy is told what each step cost (``observe_step``), as the live
+speculator tells it the clock's seconds: here the cost model's seconds for the stretch's
+step with its drafts and without them, so the budget prices drafts by measured cost in
+both (``actors.drafts.measured``).
 """
 
 from __future__ import annotations
@@ -212,6 +217,19 @@ class Speculation:
             inst.one_step = True
             self._grants[inst.index].pop(key, None)
         self._observe(inst, table, classes)
+        seconds, plain, depth = self._step_cost(inst.running)
+        self.policies[inst.index].observe_step(
+            batch, sum(c.rate for c in inst.running), seconds, draft_len=depth, plain_seconds=plain
+        )
+
+    def _step_cost(self, rows: Sequence[Any]) -> tuple[float, float, float]:
+        """One decode step of ``rows`` (running chunks): its seconds with their drafts and
+        without, and the draft length it is priced at (``CostModel.batch_draft``)."""
+        cost = self.cost
+        ctx = cost.batch_context([c.ctx for c in rows])
+        g = cost.batch_draft([c.draft for c in rows])
+        plain = cost.decode_s(len(rows), ctx, 0)
+        return (cost.decode_s(len(rows), ctx, g) if g else plain), plain, g
 
     def _granted(
         self, inst: SimInstance, table: AcceptanceTable, key: int, classes: list[_Class]
@@ -300,7 +318,8 @@ class Speculation:
             c.rate = float(1 + ok)
             made = tuple(tokens[pos : pos + 1 + ok])
             deltas.append(StepDelta(rid, made, (), c.draft, ok))
-        spec.observe(StepResult(deltas=tuple(deltas), finished=()), ids)
+        seconds, plain, _ = self._step_cost(decoding)
+        spec.observe(StepResult(deltas=tuple(deltas), finished=()), ids, seconds, plain)
         inst.one_step = True
 
     def _track(self, spec: Speculator, r: int, chunk_seq: int) -> None:
