@@ -17,6 +17,7 @@ from pipeline.bench.engine import BENCH_MODEL, run
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_engine_bench_quick_writes_json(tmp_path: Path) -> None:
     path = tmp_path / "bench.json"
     result = run(str(path), quick=True)
