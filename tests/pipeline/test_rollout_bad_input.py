@@ -212,4 +212,4 @@ def test_prompts_take_any_sequence_of_int_ids_and_the_model_is_read_from_the_opt
     config = rollout_config(generator={**TINY_GENERATOR, "kv_budget_tokens": 100})
     model = GeneratorModel.of(config)
     assert (model.vocab_size, model.max_context, model.kv_budget_tokens) == (VOCAB, 256, 100)
-    assert GeneratorModel.of(rollout_config(generator_kind="tests.faults.faulty:X")).shape is None
+    assert GeneratorModel.of(rollout_config(generator_kind="pipeline.bench.faulty:X")).shape is None
