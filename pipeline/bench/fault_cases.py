@@ -19,6 +19,10 @@ Each runs the real actors as processes over ZeroMQ and reports, like the signal 
   non-finite loss after the first one's optimiser step ran. Detected: the `TrainStepError`
   reply, from the call; the weights (checkpointed before and after) must be unchanged and
   the trainer must train the next step at the old version.
+- `netns`: a whole `seer run` (countdown, two iterations, tcp + CURVE, two trainer ranks)
+  across four network-namespace hosts (`pipeline.bench.netns.rl_across_hosts`); host b's
+  generator is SIGKILLed in iteration 1's rollout. Detected: the scheduler's
+  `generator_lost`. Root and iproute2 only (else reported as not run, saying why).
 - `real_size`: a rollout whose results are above the old 16 MiB header limit (part 1 of
   issue 34: 700 samples x 2,048 tokens; full: 512 x 8,192) through the real splitter,
   estimator and scheduler on `InstantGenerator`s; no fault: it must come back whole.
@@ -27,14 +31,15 @@ Each runs the real actors as processes over ZeroMQ and reports, like the signal 
 from __future__ import annotations
 
 import hashlib
-import json
+import subprocess
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
 
+from pipeline.bench.logevents import events, timestamp
+from pipeline.bench.netns import RL_HOSTS, Subnet, netns_trouble, rl_across_hosts, run_toml
 from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfig
 from pipeline.launch import Cluster, launch_local
 from pipeline.rollout import Rollout, rollout_config
@@ -59,28 +64,8 @@ CASES = {  # name -> how the fault is made (the table's "signal" column)
     "default_weights": "stand-in: generator 1 fails every chunk",
     "optimiser_step": "non-finite loss in mini-batch 2",
     "real_size": "none (700 x 2,048 tokens; full: 512 x 8,192)",
+    "netns": "SIGKILL, generator on host b of 4",
 }
-
-
-def events(path: Path | None, event: str) -> list[dict[str, Any]]:
-    """The JSON log events named `event` in the actor log at `path`."""
-    if path is None or not path.exists():
-        return []
-    out = []
-    for line in path.read_text(errors="replace").splitlines():
-        if f'"{event}"' not in line:
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if record.get("event") == event:
-            out.append(record)
-    return out
-
-
-def timestamp(event: dict[str, Any]) -> float:
-    return datetime.fromisoformat(str(event["timestamp"])).timestamp()
 
 
 def _rollout_config(folder: Path, kind: str, chunk_size: int, **scheduler: Any) -> PipelineConfig:
@@ -136,7 +121,10 @@ def _worst_delay(
     """Seconds from each injected fault to the scheduler's first `reaction` after it (of
     the same request when `per_request`, else any): the worst; None when none reacted."""
     injected = [
-        e for key, path in logs.items() if key[0] == "generator" for e in events(path, "fault_injected")
+        e
+        for key, path in logs.items()
+        if key[0] == "generator"
+        for e in events(path, "fault_injected")
     ]
     reactions = events(logs.get(("scheduler", 0)), reaction)
     if not injected:
@@ -158,19 +146,23 @@ def _worst_delay(
     return round(max(delays), 3)
 
 
+# name -> (stand-in, scheduler options, the scheduler's reaction, matched by request)
+CHUNK_FAULTS: dict[str, tuple[str, dict[str, float], str, bool]] = {
+    # a sample may meet several aborts in a row: every second chunk is aborted
+    "aborted_chunk": ("AbortingGenerator", {"max_chunk_faults": 20}, "chunk_requeued", True),
+    "dropped_result": (
+        "DroppingGenerator",
+        {"chunk_deadline_floor_s": DEADLINE_FLOOR_S},
+        "chunk_requeued",
+        True,
+    ),
+    "default_weights": ("BrokenGenerator", {}, "generator_lost", False),
+}
+
+
 async def chunk_fault(name: str, folder: Path, quick: bool) -> dict[str, Any]:
     """`aborted_chunk`, `dropped_result` or `default_weights` on a rollout of stand-ins."""
-    kind, scheduler, reaction, per_request = {
-        # a sample may meet several aborts in a row: every second chunk is aborted
-        "aborted_chunk": ("AbortingGenerator", {"max_chunk_faults": 20}, "chunk_requeued", True),
-        "dropped_result": (
-            "DroppingGenerator",
-            {"chunk_deadline_floor_s": DEADLINE_FLOOR_S},
-            "chunk_requeued",
-            True,
-        ),
-        "default_weights": ("BrokenGenerator", {}, "generator_lost", False),
-    }[name]
+    kind, scheduler, reaction, per_request = CHUNK_FAULTS[name]
     config = _rollout_config(folder / name, FAULTY + kind, chunk_size=4, **scheduler)
     num_prompts = 8 if quick else 32
     result, logs, counters = await _rollout(config, num_prompts, 2, max_new=16)
@@ -179,7 +171,7 @@ async def chunk_fault(name: str, folder: Path, quick: bool) -> dict[str, Any]:
         **result,
         "detect_s": _worst_delay(logs, reaction, per_request),
         "failed_chunks": int(counters.get("failed_chunks", 0)),
-        "generators_lost": int(counters.get("generators_lost", 0)),
+        "generators_lost": len(events(logs.get(("scheduler", 0)), "generator_lost")),
     }
 
 
@@ -197,6 +189,45 @@ async def real_size(folder: Path, quick: bool) -> dict[str, Any]:
         "samples": prompts * group,
         "tokens_per_sample": max_new,
         "results_mib": round(mib, 1),
+    }
+
+
+NETNS_MODEL = {
+    "hidden": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "intermediate": 64,
+    "max_context": 256,
+}  # fmt: skip
+
+
+async def netns(folder: Path, quick: bool) -> dict[str, Any]:
+    prompts, group = (4, 4) if quick else (8, 4)
+    not_run: dict[str, Any] = {"samples_lost": None, "detect_s": None}
+    trouble = netns_trouble()
+    if trouble:
+        return {"outcome": f"not run: {trouble}", **not_run}
+    net = Subnet(hosts=RL_HOSTS)
+    try:
+        net.up()
+    except subprocess.CalledProcessError as exc:
+        net.close()
+        return {"outcome": f"not run: {exc.stderr.decode().strip()}", **not_run}
+    where = folder / "netns"
+    where.mkdir(parents=True, exist_ok=True)
+    try:
+        toml = run_toml(net, where, "countdown-partial", NETNS_MODEL, prompts, group)
+        run = await rl_across_hosts(net, where, toml, timeout_s=540.0)
+    except Exception as exc:  # reported, as any case that fails
+        return {"outcome": f"fails: {type(exc).__name__}", "error": str(exc)[:200], **not_run}
+    finally:
+        net.close()
+    trained = sum(sum(r.get("samples_per_rank", [])) for r in run.rows)
+    expected = run.cfg.iterations * prompts * group
+    return {
+        "outcome": "continues" if len(run.rows) == run.cfg.iterations else "stops early",
+        "samples_lost": expected - trained,
+        "detect_s": run.detect_s,
+        "killed": run.killed,
+        "num_error_samples": sum(r.get("num_error_samples", 0) for r in run.rows),
+        "samples_per_rank": [r.get("samples_per_rank") for r in run.rows],
     }
 
 
@@ -278,7 +309,9 @@ async def optimiser_step(folder: Path, quick: bool) -> dict[str, Any]:
         out["detect_s"] = round(time.monotonic() - start, 3)
         await _save(cluster, after)
         good = await cluster.call(
-            "trainer", 0, TrainStep(iteration=0, samples=own_logprob_group(TRAINER_MODEL, 0, rewards))
+            "trainer",
+            0,
+            TrainStep(iteration=0, samples=own_logprob_group(TRAINER_MODEL, 0, rewards)),
         )
     out["weights_unchanged"] = _digest(before) == _digest(after)
     out["next_step_version"] = good.version if isinstance(good, TrainReport) else None
@@ -296,10 +329,17 @@ def measure_case(name: str, folder: Path, quick: bool) -> dict[str, Any]:
     """One case of `CASES`: its result (see the module's docstring)."""
     folder.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any]
-    if name == "optimiser_step":
-        result = anyio.run(optimiser_step, folder, quick)
-    elif name == "real_size":
-        result = anyio.run(real_size, folder, quick)
-    else:
-        result = anyio.run(chunk_fault, name, folder, quick)
+    try:
+        if name == "optimiser_step":
+            result = anyio.run(optimiser_step, folder, quick)
+        elif name == "netns":
+            result = anyio.run(netns, folder, quick)
+        elif name == "real_size":
+            result = anyio.run(real_size, folder, quick)
+        else:
+            result = anyio.run(chunk_fault, name, folder, quick)
+    except Exception as exc:  # the case's run failed: say how, and go on to the next
+        error = type(exc).__name__
+        result = {"outcome": f"fails: {error}", "error": error, "detail": str(exc)[:300]}
+        result.update(samples_lost=None, detect_s=None)
     return {"signal": CASES[name], **result}

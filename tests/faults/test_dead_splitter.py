@@ -12,8 +12,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pipeline.rollout import Rollout, rollout_config
 from pipeline.bench.faulty import chunks_taken
+from pipeline.rollout import Rollout, rollout_config
 from transport.errors import PeerGone
 from transport.messages import PromptSpec, SamplingSpec
 

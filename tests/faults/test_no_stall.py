@@ -16,11 +16,11 @@ import anyio
 import pytest
 import torch
 
+from pipeline.bench.faulty import BAD_TOKEN, chunks_taken
 from pipeline.bench.standin import KIND
 from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfig
 from pipeline.launch import Cluster
 from pipeline.rollout import Rollout, RolloutError, SchedulerLost, rollout_config
-from pipeline.bench.faulty import BAD_TOKEN, chunks_taken
 from transport.messages import ActorStats, GetStats, PromptSpec, SamplingSpec
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(600)]
