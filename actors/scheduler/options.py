@@ -38,7 +38,10 @@ class SchedulerOptions:
     wire). `max_instance_faults`: a generator whose chunks fail this many times in a row
     (aborted, refused for an engine fault, overdue) counts as lost for the rest of the
     rollout unless the trainer pushes it the weights again. `max_chunk_faults`: a sample
-    whose chunks failed that often in a row ends in "error" rather than be tried again."""
+    whose chunks failed that often in a row ends in "error" rather than be tried again.
+    `result_message_bytes`: a rollout's results go to the driver in messages of at most
+    this many bytes each (`RolloutPart`s, then `RolloutFinished`; 4 bytes a token and a
+    logprob, a fixed cost a sample and a chunk record; a larger sample travels alone)."""
 
     policy: str = "context_aware"
     chunk_size: int = 128
@@ -56,6 +59,7 @@ class SchedulerOptions:
     chunk_deadline_slack: float = 4.0
     max_instance_faults: int = 3
     max_chunk_faults: int = 3
+    result_message_bytes: int = 16 << 20
 
     def __post_init__(self) -> None:
         check_choice(self, "policy", POLICY_NAMES)
@@ -72,6 +76,7 @@ class SchedulerOptions:
             "chunk_deadline_slack",
             "max_instance_faults",
             "max_chunk_faults",
+            "result_message_bytes",
         )
         hw = self.kv_high_watermark
         check(0 < hw <= 1, "SchedulerOptions.kv_high_watermark", "in (0, 1]", hw)

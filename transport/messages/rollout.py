@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Final, TypeAlias
 
 from transport.messages.base import LogProbs, Message, Struct, TokenIds
-from transport.messages.records import RolloutRecord
+from transport.messages.records import ChunkRecord, RolloutRecord
 
 PROMPT_TAIL_TOKENS: Final = 16
 """How many of a prompt's last tokens `GroupInfo.prompt_tail` carries: the draft store and
@@ -184,12 +184,26 @@ class StreamSummary(Struct):
 class RolloutFinished(Message):
     """Scheduler -> driver: every sample, and what the scheduler recorded. A streamed
     rollout's samples come without tokens and logprobs (they went to the trainer ranks);
-    `stream` then says where."""
+    `stream` then says where. A large rollout comes in bounded messages: `num_parts`
+    `RolloutPart`s first (in order), then this with the rest of the samples and of the
+    record's chunks."""
 
     rollout_id: str
     samples: tuple[SampleResult, ...]
     record: RolloutRecord
     stream: StreamSummary | None = None
+    num_parts: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RolloutPart(Message):
+    """Scheduler -> driver, before `RolloutFinished`: part `seq` (0, 1, ...) of a rollout's
+    results, samples and chunk records that the last message does not carry."""
+
+    rollout_id: str
+    seq: int
+    samples: tuple[SampleResult, ...]
+    chunks: tuple[ChunkRecord, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
