@@ -1,6 +1,7 @@
 """Three "machines" as Linux network namespaces on a bridge, a private test subnet of their
-own (10.213.<random>.0/24, nothing routed anywhere else; `pipeline.bench.netns.Subnet`): the rollout topology across them
-over tcp + CURVE through the static launcher. Root only (CI runs as root)."""
+own (10.213.<random>.0/24, nothing routed anywhere else; `pipeline.bench.netns.Subnet`):
+the rollout topology across them over tcp + CURVE through the static launcher. Root only
+(CI runs as root)."""
 
 from __future__ import annotations
 
