@@ -20,7 +20,9 @@ chunk of a request that still has an older chunk here (the scheduler declared th
 generator lost, for example while it was frozen, took the request back, then gave it here
 again) aborts the older chunk's engine request and replaces it; the older chunk's result is
 dropped (the scheduler would refuse it as stale), and an older chunk that arrives after a
-newer one is dropped unrun.
+newer one is dropped unrun. A rollout's end (`EndRollout`: finished, or cancelled by the
+driver) aborts its chunks still running here, in the engine or on the server, so that a
+cancelled rollout frees its capacity at once (`num_cancelled_chunks`).
 """
 
 from __future__ import annotations
@@ -135,6 +137,19 @@ def make_driver(
     )
 
 
+def ended_chunks(
+    active: dict[str, ChunkAssigned], msg: EndRollout, started: dict[str, float]
+) -> list[str]:
+    """Take the chunks of ended rollout `msg` still running here (a cancelled rollout's, or
+    an older chunk of a generator that was lost and came back) out of `active`; their ids.
+    Their results, should one still come, are dropped as for no chunk taken."""
+    ids = [rid for rid, chunk in active.items() if chunk.rollout_id == msg.rollout_id]
+    for rid in ids:
+        del active[rid]
+        started.pop(rid, None)
+    return ids
+
+
 class LocalDriver:
     """An `Engine` stepped in this process (see the module)."""
 
@@ -175,6 +190,7 @@ class LocalDriver:
         self._idle_s = 0.0  # waited for work since the last step (for the step log)
         self.num_superseded = 0  # older chunks aborted for a newer one of their request
         self.num_stale_chunks = 0  # chunks (or results) dropped as older than the one here
+        self.num_cancelled = 0  # chunks aborted in the engine because their rollout ended
 
     async def start(self) -> None:
         engine, cfg = self.engine, self.opts.spec
@@ -233,6 +249,7 @@ class LocalDriver:
             out["num_store_failures"] = self.sync.num_store_failures
         out["num_superseded_chunks"] = self.num_superseded
         out["num_stale_chunks"] = self.num_stale_chunks
+        out["num_cancelled_chunks"] = self.num_cancelled
         return out
 
     def chunk_ended(self, chunk: ChunkResult) -> SpecStats:
@@ -285,6 +302,11 @@ class LocalDriver:
             if isinstance(msg, EndRollout):
                 if self.step_log is not None:
                     await anyio.to_thread.run_sync(self.step_log.flush, msg.rollout_id)
+                for request_id in ended_chunks(self.active, msg, self.started):
+                    self.num_cancelled += 1  # a cancelled rollout's: free its slot now
+                    with contextlib.suppress(RequestNotInEngineError):
+                        engine.abort(request_id)
+                    self.log.warning("chunk_cancelled", request=request_id)
                 for request_id in msg.request_ids:
                     if request_id in self.parked:
                         engine.release(request_id)
@@ -386,6 +408,7 @@ class RemoteDriver:
         self.num_lost_chunks = 0
         self.num_superseded = 0
         self.num_stale_chunks = 0
+        self.num_cancelled = 0  # calls aborted on the server because their rollout ended
         self.running: dict[str, anyio.Event] = {}  # request id -> set when its call ended
 
     async def start(self) -> None:
@@ -411,7 +434,18 @@ class RemoteDriver:
         self.running[msg.request_id] = anyio.Event()
 
     def end_rollout(self, msg: EndRollout) -> None:
-        pass  # the server's prefix cache holds (and evicts) what stays
+        # the server's prefix cache holds (and evicts) what stays; a cancelled rollout's
+        # calls still running are aborted on the server (their results dropped in `_call`)
+        for request_id in ended_chunks(self.active, msg, self.started):
+            self.num_cancelled += 1
+            self.log.warning("chunk_cancelled", request=request_id)
+            self.start_soon(self._abort, request_id)
+
+    async def _abort(self, request_id: str) -> None:
+        try:
+            await self.engine.abort(request_id)
+        except (EngineError, ServerLostError) as exc:
+            self.log.warning("abort_failed", request=request_id, error=str(exc))
 
     async def update_weights(self, state: Weights, version: int) -> None:
         await self.idle.wait()  # between iterations: nothing in flight
@@ -430,6 +464,7 @@ class RemoteDriver:
             "num_lost_chunks": self.num_lost_chunks,
             "num_superseded_chunks": self.num_superseded,
             "num_stale_chunks": self.num_stale_chunks,
+            "num_cancelled_chunks": self.num_cancelled,
         }
 
     def chunk_ended(self, chunk: ChunkResult) -> SpecStats:

@@ -6,9 +6,9 @@ Consumes `RequestsAdded` (splitter), `ChunkFinished` (generators), `EstimateUpda
 at once, its later results are dropped as unknown). Emits `ChunkAssigned` to generators,
 `RequestFinished` to the estimator, `GroupsClosed` to the draft store (when the topology
 has one), `EndRollout` to generators, `EnvironmentReset`/`Step`/`Close` to environment
-actors and `RolloutFinished` (or `RolloutFailed`) to the driver. Decisions live in the pure
-`SchedulerCore` and its policy; this shell keeps each request's tokens, logprobs and
-timing, and the rollout record.
+actors and `RolloutPart`s then `RolloutFinished` (or `RolloutFailed`) to the driver.
+Decisions live in the pure `SchedulerCore` and its policy; this shell keeps each request's
+tokens, logprobs and timing, and the rollout record.
 
 Faults (docs/faults-security.md tells each case): a stale or unknown chunk result is
 dropped; "error" (the request is bad, or a result refused at the boundary) ends its sample;
@@ -38,6 +38,7 @@ from actors.scheduler.core import SchedulerCore, UnknownRequestError
 from actors.scheduler.faults import FaultBook
 from actors.scheduler.options import SchedulerOptions
 from actors.scheduler.policy import make_policy
+from actors.scheduler.results import result_messages
 from actors.scheduler.runbook import RunBook
 from actors.scheduler.turns import TurnTaking
 from actors.scheduler.wire import chunk_assigned, instance_load, request_state
@@ -59,7 +60,6 @@ from transport.messages import (
     RepublishWeights,
     RequestsAdded,
     RolloutFailed,
-    RolloutFinished,
     SampleResult,
     StreamToRanks,
     WeightsPublished,
@@ -460,10 +460,9 @@ class SchedulerActor(TurnTaking):
         if run.stream is not None:  # the tokens went to the ranks: the driver gets none
             samples = tuple(_without_tokens(s) for s in samples)
             stream = run.stream.summary()
-        finished = RolloutFinished(
-            rollout_id=run.rollout_id, samples=samples, record=record, stream=stream
-        )
-        await self.send_to("driver", 0, finished)
+        limit = self.opts.result_message_bytes  # bounded messages, the last RolloutFinished
+        for msg in result_messages(run.rollout_id, samples, record, stream, limit):
+            await self.send_to("driver", 0, msg)
 
     async def _end_on_generators(self, run: ActiveRollout) -> None:
         """Tell every live generator the rollout ended (it drops its requests' parked KV)."""

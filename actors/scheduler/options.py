@@ -41,7 +41,10 @@ class SchedulerOptions:
     whose chunks failed that often in a row ends in "error" rather than be tried again.
     `environment_timeout_s`: how long an environment actor may take to answer a multi-turn
     episode's reset or step before it counts as lost (the episodes awaiting it end
-    "env_lost"); keep it above the environment actors' `step_timeout_s`."""
+    "env_lost"); keep it above the environment actors' `step_timeout_s`.
+    `result_message_bytes`: a rollout's results go to the driver in messages of at most
+    this many bytes each (`RolloutPart`s, then `RolloutFinished`; 4 bytes a token and a
+    logprob, a fixed cost a sample and a chunk record; a larger sample travels alone)."""
 
     policy: str = "context_aware"
     chunk_size: int = 128
@@ -60,6 +63,7 @@ class SchedulerOptions:
     max_instance_faults: int = 3
     max_chunk_faults: int = 3
     environment_timeout_s: float = 60.0
+    result_message_bytes: int = 16 << 20
 
     def __post_init__(self) -> None:
         check_choice(self, "policy", POLICY_NAMES)
@@ -76,6 +80,7 @@ class SchedulerOptions:
             "chunk_deadline_slack",
             "max_instance_faults",
             "max_chunk_faults",
+            "result_message_bytes",
         )
         hw = self.kv_high_watermark
         check(0 < hw <= 1, "SchedulerOptions.kv_high_watermark", "in (0, 1]", hw)

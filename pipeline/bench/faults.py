@@ -22,6 +22,11 @@ Per fault (JSON `{"faults": {name: {...}}, "fuzz": {...}}`):
   actors (their first `actor_stopped` log event; the run exits a little later); None when
   nothing noticed (a best-effort peer whose loss costs nothing, or a stall).
 
+The other cases (`pipeline.bench.fault_cases.CASES`: an aborted chunk, a dropped chunk
+result, a server back with default weights, a failing optimiser step, a rollout at real
+size) run the real actors on a rollout or a trainer of their own and report the same keys;
+the undisturbed `seer run` is made only when a signal case is asked for.
+
 `fuzz`: frames and actor crashes from `pipeline.bench.fuzz.fuzz_actors` when that module
 exists (the fuzzing work of issue 15); otherwise reported as not run.
 """
@@ -47,6 +52,7 @@ from typing import Any
 import tomli_w
 from rich.console import Console
 
+from pipeline.bench.fault_cases import CASES, measure_case
 from pipeline.records.report import results_table, write_results
 
 FREEZE_S = 8.0
@@ -332,30 +338,41 @@ def run(
     folder: str | None = None,
 ) -> dict[str, Any]:
     console = Console(width=140)
-    names = faults or tuple(FAULTS)
-    unknown = [n for n in names if n not in FAULTS]
+    names = faults or (*FAULTS, *CASES)
+    unknown = [n for n in names if n not in FAULTS and n not in CASES]
     if unknown:
-        raise ValueError(f"unknown faults {unknown}; choose from {sorted(FAULTS)}")
+        raise ValueError(f"unknown faults {unknown}; choose from {sorted([*FAULTS, *CASES])}")
     base = Path(folder or f"runs/bench-faults-{time.strftime('%Y%m%d-%H%M%S')}")
     base.mkdir(parents=True, exist_ok=True)
-    config = base / "run.toml"
-    config.write_text(tomli_w.dumps({**run_config(quick), "cache_dir": str(base / "cache")}))
-    with console.status("reference run (no fault)"):
-        ref = SeerRun(base / "reference", config)
-        if ref.wait(RUN_TIMEOUT_S) != "done":
-            raise RuntimeError(f"the reference run failed; see {ref.log}")
-    reference = ref.rows()
     summary: dict[str, Any] = {
         "faults": {},
         "run": run_config(quick),
+        "quick": quick,
         "freeze_s": FREEZE_S,
         "stall_s": STALL_S,
         "cpus": os.cpu_count(),
         "loadavg_before": list(os.getloadavg()),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
+    start = time.monotonic()
+    reference: list[dict[str, Any]] = []
+    config = base / "run.toml"
+    if any(n in FAULTS for n in names):
+        config.write_text(tomli_w.dumps({**run_config(quick), "cache_dir": str(base / "cache")}))
+        with console.status("reference run (no fault)"):
+            ref = SeerRun(base / "reference", config)
+            if ref.wait(RUN_TIMEOUT_S) != "done":
+                raise RuntimeError(f"the reference run failed; see {ref.log}")
+        reference = ref.rows()
     for name in names:
-        with console.status(f"{name}: {FAULTS[name].role} hit mid-iteration"):
-            summary["faults"][name] = measure(name, FAULTS[name], base, config, reference)
+        if name in FAULTS:
+            with console.status(f"{name}: {FAULTS[name].role} hit mid-iteration"):
+                summary["faults"][name] = measure(name, FAULTS[name], base, config, reference)
+        else:
+            with console.status(f"{name}: {CASES[name]}"):
+                summary["faults"][name] = measure_case(name, base / "cases", quick)
+    summary["seconds"] = round(time.monotonic() - start, 1)
+    summary["loadavg_after"] = list(os.getloadavg())
     with console.status("fuzz"):
         frames = fuzz_frames if fuzz_frames is not None else (200 if quick else 2000)
         summary["fuzz"] = fuzz_summary(frames)
@@ -364,7 +381,7 @@ def run(
             name,
             r["signal"],
             r["outcome"],
-            str(r["samples_lost"]),
+            "-" if r["samples_lost"] is None else str(r["samples_lost"]),
             "-" if r["detect_s"] is None else f"{r['detect_s']:.2f}",
             r.get("error", ""),
         )
@@ -373,8 +390,8 @@ def run(
     columns = ("fault", "signal", "outcome", "samples lost", "detect s", "error")
     cfg = summary["run"]
     title = (
-        f"seer bench faults: {len(reference)} iterations x {cfg['prompts_per_iteration']} "
-        f"prompts x {cfg['group_size']}"
+        f"seer bench faults: signal cases on {cfg['iterations']} iterations x "
+        f"{cfg['prompts_per_iteration']} prompts x {cfg['group_size']}"
     )
     console.print(results_table(title, columns, rows, justify="left"))
     console.print(f"fuzz: {summary['fuzz']}")

@@ -47,6 +47,7 @@ from actors.model.publish import WeightsRefused as WeightsRefused
 from actors.model.publish import publish_weights
 from actors.model.weight_spec import WeightsError as WeightsError
 from actors.model.weight_spec import check_weights
+from actors.scheduler.results import assemble
 from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfig
 from pipeline.launch import Cluster, launch
 from pipeline.launch.backend import server_start_s
@@ -63,6 +64,7 @@ from transport.messages import (
     PromptSpec,
     RolloutFailed,
     RolloutFinished,
+    RolloutPart,
     RolloutRecord,
     SampleResult,
     SamplingSpec,
@@ -316,8 +318,10 @@ class Rollout:
     ) -> RolloutFinished:
         """The rollout's result, watching the scheduler meanwhile: `SchedulerLost` within
         seconds when it dies, goes silent or fails on a message (it would never answer);
-        `PeerGone` when the splitter or the trainer dies (the run could not go on)."""
+        `PeerGone` when the splitter or the trainer dies (the run could not go on). A large
+        rollout's results come in bounded `RolloutPart`s first: put back together here."""
         deadline = anyio.current_time() + self.timeout_s
+        parts: list[RolloutPart] = []
         while True:
             try:
                 msg = await cluster.recv(timeout=0.5)
@@ -343,8 +347,10 @@ class Rollout:
                 continue
             if isinstance(msg, RolloutFailed) and msg.rollout_id == rollout_id:
                 raise RolloutError(msg.reason)
+            if isinstance(msg, RolloutPart) and msg.rollout_id == rollout_id:
+                parts.append(msg)
             if isinstance(msg, RolloutFinished) and msg.rollout_id == rollout_id:
-                return msg
+                return assemble(parts, msg)
 
     def _essential_trouble(self, cluster: Cluster) -> str:
         """Why an actor of `ESSENTIAL_ROLES` looks dead ("" when none does)."""

@@ -20,7 +20,7 @@ from actors.generator.options import SpecConfig
 from tests.actors.bad_server import BadServer
 from tests.actors.engine_util import make_engine
 from tests.actors.test_sglang_faults import engine_for
-from transport.messages import ChunkAssigned, SamplingSpec
+from transport.messages import ChunkAssigned, EndRollout, SamplingSpec
 
 pytestmark = pytest.mark.anyio
 
@@ -126,3 +126,38 @@ async def test_a_newer_chunk_aborts_the_older_call_to_its_server() -> None:
     counters = driver.counters()
     assert counters["num_superseded_chunks"] == counters["num_stale_chunks"] == 1
     assert counters["num_lost_chunks"] == 0
+
+
+async def test_a_rollouts_end_aborts_its_call_still_at_the_server() -> None:
+    """The SGLang driver over real HTTP: a cancelled rollout's `EndRollout` aborts its chunk
+    still running at the server (`/abort_request`: its capacity freed), whose answer is
+    dropped. Before: the call ran on until the server finished it (here: never)."""
+    reports: list[tuple[int, ChunkResult]] = []
+
+    async def report(msg: ChunkAssigned, chunk: ChunkResult) -> None:
+        reports.append((msg.chunk_seq, chunk))
+
+    with BadServer("hang") as server:
+        engine = engine_for(server.url, request_timeout_s=30.0)
+        active: dict[str, ChunkAssigned] = {}
+        async with anyio.create_task_group() as tg:
+            driver = RemoteDriver(
+                engine,
+                GeneratorOptions(spec=SpecConfig(mode="off")),
+                report=report,
+                start_soon=tg.start_soon,
+                active=active,
+                started={},
+                log=structlog.get_logger(),
+            )
+            await driver.start()
+            with anyio.fail_after(20):
+                driver.assign(assigned(1, 4))
+                while not server.bodies:  # the call is at the server
+                    await anyio.sleep(0.01)
+                driver.end_rollout(EndRollout(rollout_id="r0", request_ids=("r0:g0:s0;",)))
+                await driver.idle.wait()  # the call ended: aborted
+            tg.cancel_scope.cancel()
+        await driver.aclose()
+    assert reports == [] and server.aborted == {server.bodies[0]["rid"]}
+    assert driver.counters()["num_cancelled_chunks"] == 1

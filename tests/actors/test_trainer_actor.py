@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 import torch
 
-from actors.model import build_model, load_state_dict
+from actors.model import load_state_dict
 from actors.model.options import ModelOptions
+from pipeline.bench.fault_cases import failing_batch, own_logprob_group
 from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfig
 from pipeline.launch import launch_inprocess
 from pipeline.launch.cluster import Cluster
@@ -26,8 +27,6 @@ MODEL = ModelOptions(
     vocab_size=32, hidden=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate=64,
     max_context=64, seed=4,
 )  # fmt: skip
-PROMPT = (1, 2, 3)
-COMPLETIONS = ((5, 6, 7), (9, 10), (11, 12, 13), (14, 15))
 
 
 def config(tmp_path: Path, **options: Any) -> PipelineConfig:
@@ -40,25 +39,9 @@ def config(tmp_path: Path, **options: Any) -> PipelineConfig:
 
 def samples(version: int, rewards: tuple[float, ...], bad: int = -1) -> tuple[TrainSampleSpec, ...]:
     """One group on the starting model's own log-probabilities; sample `bad` gets an absurd
-    (finite) one, whose importance ratio overflows: a non-finite loss."""
-    model = build_model(MODEL)
-    out = []
-    for i, (comp, reward) in enumerate(zip(COMPLETIONS, rewards, strict=True)):
-        with torch.no_grad():
-            logits = model(torch.tensor([PROMPT + comp[:-1]]))[0, len(PROMPT) - 1 :]  # (C, V)
-            lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(comp)[:, None])[:, 0]
-        logprobs = tuple(lp.tolist()) if i != bad else (-1e30,) * len(comp)
-        out.append(
-            TrainSampleSpec(
-                prompt_ids=PROMPT,
-                completion_ids=comp,
-                old_logprobs=logprobs,
-                reward=reward,
-                group_id="g",
-                weight_versions=(version,),
-            )
-        )
-    return tuple(out)
+    (finite) one, whose importance ratio overflows: a non-finite loss (the injection that
+    `seer bench faults`' `optimiser_step` case uses)."""
+    return own_logprob_group(dataclasses.asdict(MODEL), version, rewards, bad)
 
 
 async def train(
@@ -88,9 +71,7 @@ def _saved(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], int]:
 async def test_a_step_failing_in_its_second_mini_batch_changes_nothing(tmp_path: Path) -> None:
     """Two mini-batches of two; the second holds a sample whose loss is non-finite. The first
     mini-batch's optimiser step has already run when it fails."""
-    order = torch.randperm(4, generator=torch.Generator().manual_seed(0))  # the trainer's seed 0
-    bad = int(order[3])  # the last of the second mini-batch
-    rewards = tuple(0.0 if i in (bad, int(order[0])) else 1.0 for i in range(4))
+    bad, rewards = failing_batch(seed=0)  # the trainer's seed: the last of mini-batch 2
     async with launch_inprocess(config(tmp_path, mini_batch_size=2, seed=0)) as cluster:
         await cluster.call("trainer", 0, SaveCheckpoint(path=str(tmp_path / "before"), iteration=0))
         with pytest.raises(RemoteError) as caught:
@@ -111,9 +92,7 @@ async def test_a_step_failing_in_its_second_mini_batch_changes_nothing(tmp_path:
 async def test_without_the_copy_a_failed_step_leaves_the_trainer_refusing(tmp_path: Path) -> None:
     """`restore_on_failure = false`: the first mini-batch's update stays in the weights under
     the old version, so the trainer refuses to step, publish or save them."""
-    order = torch.randperm(4, generator=torch.Generator().manual_seed(0))
-    bad = int(order[3])
-    rewards = tuple(0.0 if i in (bad, int(order[0])) else 1.0 for i in range(4))
+    bad, rewards = failing_batch(seed=0)
     options = {"mini_batch_size": 2, "seed": 0, "restore_on_failure": False}
     async with launch_inprocess(config(tmp_path, **options)) as cluster:
         with pytest.raises(RemoteError, match="trainer now unusable"):

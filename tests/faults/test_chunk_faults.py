@@ -1,7 +1,7 @@
 """Chunks that do not finish (issue 34 section 2), over real processes, ZeroMQ and ipc: a
 chunk aborted by its server, a generator that fails every chunk, a result lost on the wire.
 
-The generators are protocol-exact stand-ins (`tests.faults.faulty`) so that a rollout takes
+The generators are protocol-exact stand-ins (`pipeline.bench.faulty`) so that a rollout takes
 a second; every other actor is the real one. Before the fixes an aborted chunk's partial
 answer was kept as the sample's end (finish reason "abort", too few tokens), a generator
 failing every chunk ended its samples in "abort"/"error", and a lost result stalled the
@@ -22,7 +22,7 @@ from pipeline.rollout import Group, Rollout, rollout_config
 from transport.messages import ActorStats, GetStats, PromptSpec, SamplingSpec
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
-FAULTY = "tests.faults.faulty:"
+FAULTY = "pipeline.bench.faulty:"
 SAMPLING = SamplingSpec(max_new_tokens=16, seed=0)  # 4 chunks of 4 tokens each
 
 

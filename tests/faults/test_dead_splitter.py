@@ -12,8 +12,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from pipeline.bench.faulty import chunks_taken
 from pipeline.rollout import Rollout, rollout_config
-from tests.faults.faulty import chunks_taken
 from transport.errors import PeerGone
 from transport.messages import PromptSpec, SamplingSpec
 
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 async def test_a_dead_splitter_fails_the_rollout_at_once(tmp_path: Path) -> None:
     cfg = rollout_config(
         num_generators=2,
-        generator_kind="tests.faults.faulty:SilentGenerator",
+        generator_kind="pipeline.bench.faulty:SilentGenerator",
         run_dir=str(tmp_path),
     )
     prompts = [PromptSpec(prompt_id=f"p{i}", token_ids=(1, i + 1, 7)) for i in range(4)]

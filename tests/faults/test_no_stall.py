@@ -1,6 +1,6 @@
 """No stall on a dead peer (issue 15 part 3), over real processes, ZeroMQ and ipc.
 
-The generators are protocol-exact stand-ins (`pipeline.bench.standin`, `tests.faults.faulty`)
+The generators are protocol-exact stand-ins (`pipeline.bench.standin`, `pipeline.bench.faulty`)
 so that thousands of requests take seconds; every other actor is the real one. Each test
 hung (or failed) before its fix; each is bounded by `fail_after`.
 """
@@ -16,15 +16,15 @@ import anyio
 import pytest
 import torch
 
+from pipeline.bench.faulty import BAD_TOKEN, chunks_taken
 from pipeline.bench.standin import KIND
 from pipeline.config import ActorGroup, PipelineConfig, Topology, TransportConfig
 from pipeline.launch import Cluster
 from pipeline.rollout import Rollout, RolloutError, SchedulerLost, rollout_config
-from tests.faults.faulty import BAD_TOKEN, chunks_taken
 from transport.messages import ActorStats, GetStats, PromptSpec, SamplingSpec
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(600)]
-FAULTY = "tests.faults.faulty:"
+FAULTY = "pipeline.bench.faulty:"
 
 
 def _config(

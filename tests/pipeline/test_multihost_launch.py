@@ -19,12 +19,13 @@ from typing import Any
 import pytest
 
 from actors.options import ConfigError
+from pipeline.bench.netns import Subnet
 from pipeline.config import TransportConfig, save_config
 from pipeline.launch import LaunchError
 from pipeline.launch.static import FileRegistry, check_reachable
 from pipeline.rl.config import RunConfig, launcher_options, rl_topology
 from pipeline.rollout.api import rollout_config
-from tests.pipeline.test_netns import Subnet, make_subnet
+from tests.pipeline.test_netns import make_subnet
 from transport.security import generate_keys
 
 

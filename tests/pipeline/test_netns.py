@@ -1,6 +1,7 @@
 """Three "machines" as Linux network namespaces on a bridge, a private test subnet of their
-own (10.213.<random>.0/24, nothing routed anywhere else): the rollout topology across them
-over tcp + CURVE through the static launcher. Root only (CI runs as root)."""
+own (10.213.<random>.0/24, nothing routed anywhere else; `pipeline.bench.netns.Subnet`):
+the rollout topology across them over tcp + CURVE through the static launcher. Root only
+(CI runs as root)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,7 @@ import os
 import random
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
@@ -20,6 +19,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
+from pipeline.bench.netns import Subnet
 from pipeline.config import PipelineConfig, Topology, TransportConfig, save_config
 from pipeline.rollout.api import Rollout, rollout_config
 from tests.pipeline.test_rollout_integration import _reference
@@ -45,74 +45,6 @@ pytestmark = [
         reason="network namespaces need root and iproute2 (`ip netns`); CI runs as root",
     ),
 ]
-
-HOSTS = ("a", "b", "c")  # a: splitter, estimator, scheduler; b: generator 0; c: generator 1
-
-
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
-
-
-@dataclass
-class Subnet:
-    """The namespaces, their veth pairs and the bridge; `close()` removes all of it."""
-
-    hosts: tuple[str, ...] = HOSTS  # one namespace each
-    tag: str = field(default_factory=lambda: f"{random.randrange(16**5):05x}")
-    net: int = field(default_factory=lambda: random.randrange(1, 255))
-    made: list[tuple[str, ...]] = field(default_factory=list)  # undo commands, newest last
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
-
-    @property
-    def bridge(self) -> str:
-        return f"sbr{self.tag}"
-
-    def ns(self, host: str) -> str:
-        return f"seer-{self.tag}-{host}"
-
-    def veth(self, host: str) -> str:  # the end inside the namespace
-        return f"sp{self.tag}{host}"
-
-    def addr(self, host: str) -> str:
-        last = 254 if host == "driver" else 1 + self.hosts.index(host)
-        return f"10.213.{self.net}.{last}"
-
-    def up(self) -> None:
-        _ip("link", "add", self.bridge, "type", "bridge")
-        self.made.append(("link", "del", self.bridge))
-        _ip("addr", "add", f"{self.addr('driver')}/24", "dev", self.bridge)
-        _ip("link", "set", self.bridge, "up")
-        for host in self.hosts:
-            ns, outer = self.ns(host), f"sv{self.tag}{host}"
-            _ip("netns", "add", ns)
-            self.made.append(("netns", "del", ns))  # deleting it deletes its veth pair
-            _ip("link", "add", outer, "type", "veth", "peer", "name", self.veth(host))
-            self.made.append(("link", "del", outer))
-            _ip("link", "set", self.veth(host), "netns", ns)
-            _ip("-n", ns, "addr", "add", f"{self.addr(host)}/24", "dev", self.veth(host))
-            _ip("-n", ns, "link", "set", self.veth(host), "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
-            _ip("link", "set", outer, "master", self.bridge)
-            _ip("link", "set", outer, "up")
-
-    def start(
-        self, host: str, config: Path, role: str, index: int, log: Path
-    ) -> subprocess.Popen[bytes]:
-        cmd = ["ip", "netns", "exec", self.ns(host), sys.executable, "-m", "pipeline.cli"]
-        cmd += ["actor", "--config", str(config), "--role", role, "--index", str(index)]
-        with log.open("wb") as out:  # `ip netns exec` execs: the process is the actor's
-            self.procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT))
-        return self.procs[-1]
-
-    def cut(self, host: str) -> None:
-        _ip("-n", self.ns(host), "link", "set", self.veth(host), "down")
-
-    def close(self) -> None:
-        for proc in self.procs:
-            proc.kill()
-            proc.wait(10)
-        for undo in reversed(self.made):
-            subprocess.run(["ip", *undo], capture_output=True, timeout=10)  # may be gone
 
 
 @pytest.fixture

@@ -35,7 +35,16 @@ from pipeline.rollout import (
 )
 from pipeline.rollout.checks import GeneratorModel, prompt_specs
 from tests.pipeline.tiny import TINY_GENERATOR, TINY_MODEL
-from transport.messages import PromptBatch, PromptSpec, SamplingSpec
+from transport.messages import (
+    ActorStats,
+    GetLoad,
+    GetStats,
+    LoadInfo,
+    LoadReport,
+    PromptBatch,
+    PromptSpec,
+    SamplingSpec,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
@@ -180,6 +189,41 @@ async def test_a_cancelled_generate_frees_the_rollout_for_the_next_call(tmp_path
         assert [len(s.token_ids) for s in groups[0].samples] == [6, 6]
 
 
+async def test_a_cancelled_generate_aborts_its_chunks_in_the_engines(tmp_path: Path) -> None:
+    """Chunks of a cancelled rollout running in a generator's engine are aborted there at
+    the rollout's end (before: they ran to their end, holding the engine's slots)."""
+    gen = {**TINY_GENERATOR, "spec": {"mode": "off"}}
+    config = rollout_config(num_generators=2, generator=gen, chunk_size=240, run_dir=str(tmp_path))
+    long = SamplingSpec(temperature=0.0, ignore_eos=True, max_new_tokens=240)
+    async with Rollout(config, mode="inprocess") as rollout:
+        cluster = rollout.cluster
+        assert cluster is not None
+
+        async def loads() -> list[LoadInfo]:
+            replies = [await cluster.call("generator", i, GetLoad()) for i in range(2)]
+            return [r.load for r in replies if isinstance(r, LoadReport)]
+
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(rollout.generate, [[1, 2, 3]] * 8, 4, long)
+                while sum(load.num_running for load in await loads()) < 8:
+                    await anyio.sleep(0.005)
+                tg.cancel_scope.cancel()  # every chunk is in an engine, 240 tokens long
+            while any(load.num_running for load in await loads()):
+                await anyio.sleep(0.01)
+        generated = sum(load.num_generated_tokens for load in await loads())
+        cancelled = 0.0
+        for i in range(2):
+            stats = await cluster.call("generator", i, GetStats())
+            assert isinstance(stats, ActorStats)
+            cancelled += stats.counters.get("num_cancelled_chunks", 0)
+        assert cancelled > 0
+        assert generated < 32 * 240  # not run to their end
+        groups = await rollout.generate([[4, 5, 6]], 2, SAMPLING)  # the engines serve on
+        assert [len(s.token_ids) for s in groups[0].samples] == [6, 6]
+    print(f"{cancelled:.0f} chunks aborted; {generated} of their {32 * 240} tokens made")
+
+
 async def test_generate_fails_within_seconds_when_no_generator_is_alive(tmp_path: Path) -> None:
     no_store = {"spec": {"mode": "off"}}  # fewer processes to start
     async with _rollout(tmp_path, "local", no_store, timeout_s=60) as rollout:
@@ -212,4 +256,4 @@ def test_prompts_take_any_sequence_of_int_ids_and_the_model_is_read_from_the_opt
     config = rollout_config(generator={**TINY_GENERATOR, "kv_budget_tokens": 100})
     model = GeneratorModel.of(config)
     assert (model.vocab_size, model.max_context, model.kv_budget_tokens) == (VOCAB, 256, 100)
-    assert GeneratorModel.of(rollout_config(generator_kind="tests.faults.faulty:X")).shape is None
+    assert GeneratorModel.of(rollout_config(generator_kind="pipeline.bench.faulty:X")).shape is None

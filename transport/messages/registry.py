@@ -48,6 +48,7 @@ from transport.messages.rollout import (
     RequestsAdded,
     RolloutFailed,
     RolloutFinished,
+    RolloutPart,
     StreamToRanks,
 )
 from transport.messages.training import (
@@ -99,6 +100,7 @@ REGISTRY: Final[dict[int, type[Message]]] = {
     44: GetLiveGenerators,
     45: LiveGenerators,
     46: RepublishWeights,
+    47: RolloutPart,
     48: TrainSamples,
     50: TrainStep,
     51: TrainReport,

@@ -1,4 +1,5 @@
-"""Stand-in generators that misbehave on purpose, for the fault tests (issue 15 part 3).
+"""Stand-in generators that misbehave on purpose: the fault tests' (`tests/faults/`) and the
+chunk-fault cases of `seer bench faults` (`pipeline.bench.fault_cases`).
 
 They speak the generator protocol exactly (they are `InstantGenerator`s, which answer every
 chunk at once with the `ChunkFinished` a `GeneratorActor` would send), and differ in one way:
@@ -14,7 +15,8 @@ chunk at once with the `ChunkFinished` a `GeneratorActor` would send), and diffe
   from its supervisor with default weights does (no tokens, an engine error); the others
   serve;
 - `DroppingGenerator`: the first result of each generator is lost on the wire.
-Kinds: "tests.faults.faulty:<Name>" (actor processes start in the repository root).
+Kinds: "pipeline.bench.faulty:<Name>". Each fault it injects is logged as a `fault_injected`
+event (with `fault` and `request`), so that the bench can time the scheduler's reaction.
 """
 
 from __future__ import annotations
@@ -111,6 +113,7 @@ class AbortingGenerator(InstantGenerator):
                 half = len(msg.token_ids) // 2
                 tokens, logprobs = msg.token_ids[:half], msg.logprobs[:half]
                 msg = _with(msg, token_ids=tokens, logprobs=logprobs, finish_reason="abort")
+                self.log.warning("fault_injected", fault="abort", request=msg.request_id)
         await super().send_to(role, index, msg)
 
 
@@ -119,6 +122,7 @@ class BrokenGenerator(InstantGenerator):
         if isinstance(msg, ChunkFinished) and self.ctx.index == 1:
             error = "WeightVersionError: the server answered with ['None']"
             msg = _with(msg, token_ids=(), logprobs=(), finish_reason="abort", error=error)
+            self.log.warning("fault_injected", fault="broken", request=msg.request_id)
         await super().send_to(role, index, msg)
 
 
@@ -129,5 +133,6 @@ class DroppingGenerator(InstantGenerator):
         if isinstance(msg, ChunkFinished):
             self.num_sent += 1
             if self.num_sent == 1:
+                self.log.warning("fault_injected", fault="dropped", request=msg.request_id)
                 return  # lost on the wire
         await super().send_to(role, index, msg)
