@@ -449,7 +449,7 @@ class SchedulerActor(Actor):
         for k, v in run.core.counters.items():
             self.totals[k] = self.totals.get(k, 0.0) + v
         end_loads = [await self._load_or_last(i) for i in range(self.num_generators)]
-        record = run.book.record(end_loads)
+        record = run.book.record(end_loads, run.core.first_estimates)
         samples = run.book.samples()
         await self._end_on_generators(run)
         self.log.info(

@@ -39,6 +39,24 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     sim.add_argument("--scale", type=float, default=1.0, help="seer: fraction of the groups")
     sim.add_argument("--chunk-size", type=int, help="seer: tokens per chunk (default 4096)")
     sim.add_argument("--instances", type=int, default=32, help="seer: generator instances")
+    sim.add_argument(
+        "--epochs",
+        type=int,
+        help="seer: epochs of recurring prompts, with history-aware policies (default "
+        "workloads: qwen2-vl-72b, kimi-k2)",
+    )
+    sim.add_argument(
+        "--policy",
+        action="append",
+        help="seer --epochs: run only these policies (repeat; also the study variants "
+        "ca_prior_until_finished, ca_extrapolated)",
+    )
+    sim.add_argument(
+        "--iterations-per-epoch", type=int, default=4, help="seer --epochs: P/B iterations"
+    )
+    sim.add_argument(
+        "--drift", type=float, default=0.005, help="seer --epochs: length growth per iteration"
+    )
     return sim
 
 
@@ -64,6 +82,20 @@ def run(args: argparse.Namespace) -> int:
         gap.run(
             args.json,
             workloads=tuple(args.workload) if args.workload else ("qwen2-vl-72b", "kimi-k2"),
+            scale=args.scale,
+            chunk_size=args.chunk_size or 4096,
+            num_instances=args.instances,
+        )
+    elif args.epochs is not None:
+        from pipeline.sim import epochs
+        from pipeline.sim.workload import EpochModel
+
+        epochs.run(
+            args.json,
+            epochs=args.epochs,
+            workloads=tuple(args.workload) if args.workload else ("qwen2-vl-72b", "kimi-k2"),
+            policies=tuple(args.policy) if args.policy else tuple(epochs.EPOCH_POLICIES),
+            model=EpochModel(iterations_per_epoch=args.iterations_per_epoch, drift=args.drift),
             scale=args.scale,
             chunk_size=args.chunk_size or 4096,
             num_instances=args.instances,

@@ -58,6 +58,8 @@ async def test_one_full_iteration_over_real_processes(tmp_path: Path) -> None:
     ):
         assert key in row
     assert (tmp_path / "run" / "last-rollout" / "timeline.png").exists()
+    # context-aware (the default policy) orders by an estimate; its error is in the row
+    assert row["policy"] == "context_aware" and row["estimate_error"] >= 0.0
     # the last iteration scores the held-out prompts: mean reward and success rate (reward 1),
     # before training and now; rewards lie in [0, 1], so success can never exceed the mean
     for when in ("", "_before"):
