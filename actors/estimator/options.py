@@ -20,6 +20,5 @@ class EstimatorOptions:
     def __post_init__(self) -> None:
         if self.prior_rule not in PRIOR_RULES:
             raise ValueError(
-                f"EstimatorOptions.prior_rule must be one of {PRIOR_RULES}, "
-                f"got {self.prior_rule!r}"
+                f"EstimatorOptions.prior_rule must be one of {PRIOR_RULES}, got {self.prior_rule!r}"
             )

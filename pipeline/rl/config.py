@@ -129,8 +129,10 @@ class RunConfig:
     #: (docs/simulator.md, `seer sim seer --epochs`)
     length_prior: bool = True
     #: the draft store keeps each prompt's responses as drafts for its next group (the
-    #: store's `keep_history`; with grouped speculation)
-    draft_history: bool = True
+    #: store's `keep_history`; with grouped speculation). Off by default: it pays only where
+    #: prompts recur (simulated: docs/simulator.md), and the store keeps the responses of
+    #: every prompt it has seen for the whole run (the default task draws fresh prompts)
+    draft_history: bool = False
 
     def __post_init__(self) -> None:
         for name in ("iterations", "prompts_per_iteration", "group_size", "max_new_tokens"):

@@ -51,7 +51,9 @@ class LiveReport:
             # one space between columns: the 13 columns fit in `seer run`'s 130-wide console
             self.console.print(" ".join(f"{title:>9}" for _, title, _ in COLUMNS))
             self.header_done = True
-        cells = [fmt.format(row[key]) if row.get(key) is not None else "-" for key, _, fmt in COLUMNS]
+        cells = [
+            fmt.format(row[key]) if row.get(key) is not None else "-" for key, _, fmt in COLUMNS
+        ]
         self.console.print(" ".join(f"{c:>9}" for c in cells))
 
     def warm_start(self, info: dict[str, Any]) -> None:

@@ -212,8 +212,15 @@ def measure_history_acceptance(
             prompt = f"p{n}"
             store.open_groups("before", [GroupInfo(group_id="old", prompt_id=prompt, size=1)])
             for j, stream in enumerate(old):
-                store.append(TokenAppend(group_id="old", request_id=f"r{j}", chunk_seq=1,
-                                         start=0, token_ids=tuple(stream)))
+                store.append(
+                    TokenAppend(
+                        group_id="old",
+                        request_id=f"r{j}",
+                        chunk_seq=1,
+                        start=0,
+                        token_ids=tuple(stream),
+                    )
+                )
             store.close_groups(["old"])
             store.open_groups("now", [GroupInfo(group_id="new", prompt_id=prompt, size=1)])
             tree = store.tree("new")
