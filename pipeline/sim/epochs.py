@@ -15,9 +15,11 @@ upward). Per workload and epoch, policies on 32 simulated H200 instances:
   ``DraftStore`` with ``keep_history`` (``measure_history_acceptance``: RhymeRL's 93% token
   recurrence); in epoch 1 there is no history and it drafts as ``seer``.
 Study variants (``STUDY``): ``ca_prior_until_finished`` (the prior dropped when the first
-sibling finishes) and ``ca_extrapolated`` (epoch 1's best estimator without history,
-``pipeline.sim.estimators``). In epoch 1 the prior policies have nothing to remember: they
-run (their estimators learn the priors), and equal ``context_aware`` / ``seer``.
+sibling finishes), ``ca_extrapolated`` (epoch 1's best estimator without history,
+``pipeline.sim.estimators``) and ``ca_group_max_known`` (``pipeline.sim.gap``'s
+``TrueGroupMax``: every group's true longest known from the start, the ceiling). In
+epoch 1 the prior policies have nothing to remember: they are reported as their twins'
+runs (``same_run_as``), and their estimators learn the priors from the epoch's lengths.
 Everything is simulated and deterministic.
 """
 
@@ -41,6 +43,7 @@ from pipeline.sim.acceptance import (
 )
 from pipeline.sim.costmodel import CostModel
 from pipeline.sim.estimators import ExtrapolatingEstimator
+from pipeline.sim.gap import TrueGroupMax
 from pipeline.sim.simulator import SimConfig, SimRequest, simulate
 from pipeline.sim.workload import SEER_WORKLOADS, EpochModel, epoch_requests, rank_churn
 
@@ -59,6 +62,8 @@ EPOCH_POLICIES: dict[str, tuple[str, str, str, str]] = {
 STUDY: dict[str, tuple[str, str, str, str]] = {
     "ca_prior_until_finished": ("context_aware", "off", "global", "prior_until_finished"),
     "ca_extrapolated": ("context_aware", "off", "global", "extrapolated"),
+    # the ceiling of any group estimate: L[g] = the group's true longest from the start
+    "ca_group_max_known": ("context_aware", "off", "global", "known"),
 }
 # in epoch 1 (no priors, no history) these runs are their twin's, run again: the twin's
 # result is reported, and the estimator learns its priors from the epoch's true lengths
@@ -82,6 +87,7 @@ def _estimators(limit: int) -> dict[str, Callable[[], LengthEstimator]]:
             limit, use_prior=True, prior_rule="until_finished"
         ),
         "extrapolated": lambda: ExtrapolatingEstimator(limit),
+        "known": lambda: LengthEstimator(limit),
     }
 
 
@@ -140,7 +146,16 @@ def run_workload(
                 spec=spec,  # type: ignore[arg-type]
                 seed=seed,
             )
-            res = simulate(reqs, sched, cfg, cost, acceptance=acceptance, estimator=estimator)
+            policy = _known(reqs, w.max_output, cfg) if kind == "known" else None
+            res = simulate(
+                reqs,
+                sched,
+                cfg,
+                cost,
+                acceptance=acceptance,
+                estimator=estimator,
+                policy_object=policy,
+            )
             mt = compute_metrics(res.record)
             results[pol] = {
                 "throughput_tok_s": mt["throughput_tok_s"],
@@ -167,6 +182,20 @@ def run_workload(
         "group_size": w.group_size,
         "history_acceptance": with_history.as_dict(),
     }
+
+
+def _known(reqs: list[SimRequest], limit: int, cfg: SimConfig) -> TrueGroupMax:
+    """Context-aware told every group's true longest output from the start."""
+    group_max: dict[str, int] = {}
+    for r in reqs:
+        group_max[r.group_id] = max(group_max.get(r.group_id, 0), r.output_len)
+    return TrueGroupMax(
+        limit,
+        group_max,
+        revealed=False,
+        starvation_s=cfg.starvation_s,
+        starvation_every=cfg.starvation_every,
+    )
 
 
 def _learn(estimator: LengthEstimator, reqs: list[SimRequest]) -> None:
