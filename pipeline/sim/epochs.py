@@ -297,10 +297,12 @@ def _table(result: dict[str, Any]) -> Table:
                         str(e["epoch"]),
                         pol,
                         f"{p['throughput_tok_s']:.0f}",
-                        f"{e['ratios'].get(pol, float('nan')):.2f}x",
-                        f"{e['of_oracle'].get(pol, float('nan')):.3f}",
+                        f"{e['ratios'][pol]:.2f}x" if pol in e["ratios"] else "-",
+                        f"{e['of_oracle'][pol]:.3f}" if pol in e["of_oracle"] else "-",
                         f"{p['tail_s']:.0f}",
                         "-" if err is None else f"{err:.2f}",
                     )
                 )
-    return results_table("seer sim seer --epochs (SIMULATED: 32 x H200 cost tables)", cols, rows)
+    n = result["settings"]["num_instances"]
+    title = f"seer sim seer --epochs (SIMULATED: {n} x H200 cost tables)"
+    return results_table(title, cols, rows)
