@@ -37,7 +37,11 @@ class LengthEstimatorActor(Actor):
 
     async def handle_groups_opened(self, msg: GroupsOpened) -> None:
         if self.core is None:
-            self.core = LengthEstimator(msg.generation_limit, use_prior=self.opts.use_prior)
+            self.core = LengthEstimator(
+                msg.generation_limit,
+                use_prior=self.opts.use_prior,
+                prior_rule=self.opts.prior_rule,
+            )
         for group in msg.groups:
             self.core.open_group(group.group_id, group.prompt_id, group.size)
             self.open[group.group_id] = group.size

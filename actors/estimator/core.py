@@ -8,15 +8,23 @@ the group's new estimate when it changed (the shell forwards it to the scheduler
 
 Estimate (Seer): the longest finished sibling; with none finished, the generation limit --
 or, with ``use_prior`` (beyond Seer), the longest output this prompt id produced the last
-time one of its groups closed, capped at the limit. Unknown group ids raise
-``UnknownGroupError``. Priors are kept per prompt id for the estimator's lifetime.
+time one of its groups closed, capped at the limit. ``prior_rule`` says how long the prior
+counts: "floor" (the default) keeps it as a lower bound, so the estimate is the larger of
+the prior and the longest finished sibling (a short first sibling does not pull a group
+known to be long down: `seer sim seer --epochs` measured this ahead); "until_finished"
+drops it when the first sibling finishes. Unknown group ids raise ``UnknownGroupError``.
+Priors are kept per prompt id for the estimator's lifetime.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
-__all__ = ["LengthEstimator", "UnknownGroupError"]
+__all__ = ["PRIOR_RULES", "LengthEstimator", "PriorRule", "UnknownGroupError"]
+
+PriorRule = Literal["floor", "until_finished"]
+PRIOR_RULES: tuple[PriorRule, ...] = ("floor", "until_finished")
 
 
 class UnknownGroupError(KeyError):
@@ -39,11 +47,16 @@ class _Group:
 
 
 class LengthEstimator:
-    def __init__(self, generation_limit: int, *, use_prior: bool = False) -> None:
+    def __init__(
+        self, generation_limit: int, *, use_prior: bool = False, prior_rule: PriorRule = "floor"
+    ) -> None:
         if generation_limit < 1:
             raise ValueError(f"generation_limit must be >= 1, got {generation_limit}")
+        if prior_rule not in PRIOR_RULES:
+            raise ValueError(f"prior_rule must be one of {PRIOR_RULES}, got {prior_rule!r}")
         self.generation_limit = generation_limit
         self.use_prior = use_prior
+        self.prior_rule = prior_rule
         self._groups: dict[str, _Group] = {}
         self._priors: dict[str, int] = {}  # prompt id -> max output when its group last closed
 
@@ -69,10 +82,13 @@ class LengthEstimator:
 
     def estimate(self, group_id: str) -> int:
         group = self._group(group_id)
+        prior = self._priors.get(group.prompt_id) if self.use_prior else None
         if group.longest is not None:
+            if prior is not None and self.prior_rule == "floor":
+                return min(max(group.longest, prior), self.generation_limit)
             return group.longest
-        if self.use_prior and group.prompt_id in self._priors:
-            return min(self._priors[group.prompt_id], self.generation_limit)
+        if prior is not None:
+            return min(prior, self.generation_limit)
         return self.generation_limit
 
     def close_group(self, group_id: str) -> None:

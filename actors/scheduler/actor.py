@@ -443,7 +443,7 @@ class SchedulerActor(TurnTaking):
         self.faults.faulty.clear()  # the next rollout tries them again
         self._add_totals(run)
         end_loads = [await self._load_or_last(i) for i in range(self.num_generators)]
-        record = run.book.record(end_loads)
+        record = run.book.record(end_loads, run.core.first_estimates)
         episodes = run.episodes
         samples = run.book.samples(
             {rid: episodes.result(rid) for rid in episodes.episodes} if episodes else None

@@ -122,6 +122,9 @@ class SchedulerCore:
         self._telemetry = [0] * num_instances
         self._down: set[int] = set()
         self._num_finished = 0
+        # per request (not a probe), the policy's estimate of its group's output length when
+        # its first chunk was dispatched: what ordered it (``RequestRecord.estimate``)
+        self.first_estimates: dict[str, int] = {}
         # dispatches left before the next anti-starvation promotion is allowed
         self._until_promotion = 0
         use_index = indexed and policy.ranked and policy.bounded_by_capacity
@@ -460,6 +463,10 @@ class SchedulerCore:
         self.policy.remove(req)
         req.status, req.instance = "running", instance
         req.chunk_seq += 1
+        if req.chunk_seq == 1 and not req.is_probe:
+            estimate = self.policy.length_estimate(req.group_id)
+            if estimate is not None:
+                self.first_estimates[req.request_id] = estimate
         self._flights[req.request_id] = _Flight(
             instance, max_chunk_tokens, kv_need, self._telemetry[instance]
         )

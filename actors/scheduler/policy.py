@@ -76,6 +76,10 @@ class Policy(ABC):
     def update_estimate(self, group_id: str, estimate: int) -> None:  # noqa: B027 (an optional hook)
         """A new output-length estimate for ``group_id`` (ignored unless the policy uses it)."""
 
+    def length_estimate(self, group_id: str) -> int | None:
+        """The group's output-length estimate the policy orders by now (None: it keeps none)."""
+        return None
+
     @abstractmethod
     def order(self, waiting: Sequence[RequestState], now: float) -> Iterable[RequestState]:
         """The waiting requests, most preferred first."""
@@ -158,6 +162,9 @@ class ContextAware(Policy):
     def estimate(self, group_id: str) -> int:
         """L[g]: the longest finished sibling, or the generation limit before any finished."""
         return self._estimates.get(group_id, self.max_new_tokens)
+
+    def length_estimate(self, group_id: str) -> int | None:
+        return self.estimate(group_id)
 
     def rank(self, req: RequestState) -> tuple[Any, ...]:
         if req.is_probe:

@@ -11,6 +11,7 @@ Times are seconds since the rollout's start.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 from transport.messages import (
@@ -136,7 +137,12 @@ class RunBook:
             )
         return tuple(out)
 
-    def record(self, end_loads: Sequence[LoadInfo]) -> RolloutRecord:
+    def record(
+        self, end_loads: Sequence[LoadInfo], estimates: Mapping[str, int] | None = None
+    ) -> RolloutRecord:
+        """The rollout's record; ``estimates``: the scheduler core's ``first_estimates``
+        (each request's group estimate at its first dispatch), set on its requests."""
+        est = estimates or {}
         instances = tuple(
             InstanceCounters(
                 instance=y.instance,
@@ -154,7 +160,13 @@ class RunBook:
             num_instances=len(instances),
             chunks=tuple(chunks),
             # in arrival order (the scheduler's `arrival`): a replay admits them in it
-            requests=tuple(self.finished[rid] for rid in self.specs if rid in self.finished),
+            requests=tuple(
+                dataclasses.replace(self.finished[rid], estimate=est[rid])
+                if rid in est
+                else self.finished[rid]
+                for rid in self.specs
+                if rid in self.finished
+            ),
             instances=instances,
             makespan_s=self.end_time - self.start,
         )

@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.rl.report import LiveReport, plot_rewards, summary_table
 
     configure_logging("warning")
-    console = Console(width=120)
+    console = Console(width=130)
     cfg = run_config(args)
     if args.print_config:
         from pipeline.rl.runfolder import config_toml

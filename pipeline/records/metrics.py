@@ -21,6 +21,11 @@ Definitions (all times in seconds since the rollout started):
   ``accept_rate`` = accepted / drafted.
 - ``queueing_delay_s``: mean and p90 of chunk start_s - dispatched_s (``chunk_*``), and of a
   request's first chunk start_s - its arrival_s (``first_chunk_*``).
+- ``estimate_error``: over the requests that carry the scheduler's estimate of their group's
+  longest output at their first dispatch (``RequestRecord.estimate`` > 0: the ordered,
+  non-probe requests of context-aware), the mean of |estimate - the group's true longest| /
+  the group's true longest; ``estimate_bias`` the same mean signed (< 0: estimates short);
+  both None without estimates; ``num_estimates`` how many requests carried one.
 - ``lower_bound_s`` = max(output_tokens * per_token_s / num_instances,
   longest output_len * per_token_s); ``efficiency`` = lower_bound_s / makespan_s.
   ``per_token_s`` should be the measured per-token cost (the bench passes it). When it is None
@@ -77,6 +82,7 @@ def compute_metrics(record: RolloutRecord, *, per_token_s: float | None = None) 
         "num_preemptions": sum(c.num_preemptions for c in counters),
         "num_recomputed_tokens": sum(c.num_recomputed_tokens for c in counters),
         **speculation_metrics(record.chunks),
+        **estimate_metrics(record),
         "queueing_delay_s": queueing_delays(record),
         "per_token_s": cost,
         "per_token_source": source,
@@ -124,6 +130,24 @@ def speculation_metrics(chunks: Sequence[ChunkRecord]) -> dict[str, float]:
         "num_draft_tokens": drafted,
         "num_accepted_tokens": accepted,
         "accept_rate": accepted / drafted if drafted else 0.0,
+    }
+
+
+def estimate_metrics(record: RolloutRecord) -> dict[str, Any]:
+    """How far the scheduler's group estimates were from the groups' true longest outputs
+    (``estimate_error``, ``estimate_bias``, ``num_estimates``: see the module docstring)."""
+    longest: dict[str, int] = defaultdict(int)
+    for r in record.requests:
+        longest[r.group_id] = max(longest[r.group_id], r.output_len)
+    rel = [
+        (r.estimate - longest[r.group_id]) / max(longest[r.group_id], 1)
+        for r in record.requests
+        if r.estimate > 0
+    ]
+    return {
+        "estimate_error": float(np.mean(np.abs(rel))) if rel else None,
+        "estimate_bias": float(np.mean(rel)) if rel else None,
+        "num_estimates": len(rel),
     }
 
 

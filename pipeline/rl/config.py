@@ -141,6 +141,16 @@ class RunConfig:
     log_samples_every: int = 10
     #: sample completions per table (sample 0 of the first prompts of the iteration)
     num_logged_samples: int = 8
+    #: the length estimator starts each group at the longest output its prompt gave the last
+    #: time it ran and keeps that as a floor once siblings finish (the estimator's
+    #: `use_prior` with `prior_rule = "floor"`); pays from a prompt's second epoch on
+    #: (docs/simulator.md, `seer sim seer --epochs`)
+    length_prior: bool = True
+    #: the draft store keeps each prompt's responses as drafts for its next group (the
+    #: store's `keep_history`; with grouped speculation). Off by default: it pays only where
+    #: prompts recur (simulated: docs/simulator.md), and the store keeps the responses of
+    #: every prompt it has seen for the whole run (the default task draws fresh prompts)
+    draft_history: bool = False
 
     def __post_init__(self) -> None:
         for name in ("iterations", "prompts_per_iteration", "group_size", "max_new_tokens"):
@@ -305,6 +315,8 @@ def rl_topology(cfg: RunConfig, model_path: str, task: Task | None = None) -> Pi
         chunk_size=cfg.chunk_size,
         generator=gen_table,
         scheduler={"scorer": cfg.scorer},  # direct dispatch scores where samples finish
+        estimator={"use_prior": cfg.length_prior},
+        drafts={"keep_history": cfg.draft_history},
     )
     ranks = cfg.trainer_ranks
     trainer = dataclasses.replace(

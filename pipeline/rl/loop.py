@@ -147,6 +147,8 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 "num_error_samples": num_errors,
                 "num_reward_errors": num_reward_errors,
                 "policy": cfg.policy or "context_aware",
+                # |predicted - true group max| / true, at each request's first dispatch
+                "estimate_error": metrics["estimate_error"],
                 **{f"train_{k}": v for k, v in report.stats.items()},
             }
             if cfg.trainer_ranks > 1:

@@ -28,6 +28,7 @@ COLUMNS = (
     ("throughput_tok_s", "tok/s", "{:.0f}"),
     ("tail_s", "tail s", "{:.2f}"),
     ("mean_accept_len", "accept", "{:.2f}"),
+    ("estimate_error", "est err", "{:.2f}"),
     ("output_tokens", "tokens", "{:d}"),
     ("weight_version", "version", "{:d}"),
     ("train_logprob_gap_max", "lp gap", "{:.1e}"),
@@ -49,10 +50,12 @@ class LiveReport:
             self.warm_start(row["warm_start"])
             return
         if not self.header_done:
-            # one space between columns: the 12 columns fit in `seer run`'s 120-wide console
+            # one space between columns: the 13 columns fit in `seer run`'s 130-wide console
             self.console.print(" ".join(f"{title:>9}" for _, title, _ in COLUMNS))
             self.header_done = True
-        cells = [fmt.format(row[key]) if key in row else "-" for key, _, fmt in COLUMNS]
+        cells = [
+            fmt.format(row[key]) if row.get(key) is not None else "-" for key, _, fmt in COLUMNS
+        ]
         self.console.print(" ".join(f"{c:>9}" for c in cells))
 
     def warm_start(self, info: dict[str, Any]) -> None:

@@ -143,13 +143,16 @@ def rollout_config(
     generator_kind: str = "generator",
     environments: int = 0,
     environment: Mapping[str, Any] | None = None,
+    estimator: Mapping[str, Any] | None = None,
 ) -> PipelineConfig:
     """The rollout topology: splitter, estimator, scheduler, `num_generators` generators and,
     when the generators speculate from their groups (`spec.mode` "group", the default), the
     draft-tree store (options: `drafts`). `generator_kind` swaps in another generator actor
     (an import path, e.g. the benchmarks' stand-in); only the built-in kind gets a store.
     `environments`: how many environment actors run multi-turn episodes (options:
-    `environment`, `EnvironmentOptions`); 0: none, single-turn rollouts only."""
+    `environment`, `EnvironmentOptions`); 0: none, single-turn rollouts only.
+
+    `estimator`: the length estimator's options (`EstimatorOptions`)."""
     gen_opts = dict(generator or {})
     sched_opts = {
         "policy": policy,
@@ -160,7 +163,7 @@ def rollout_config(
     topology = Topology(
         actors=(
             ActorGroup(role="splitter", kind="splitter"),
-            ActorGroup(role="estimator", kind="estimator"),
+            ActorGroup(role="estimator", kind="estimator", options=dict(estimator or {})),
             ActorGroup(role="scheduler", kind="scheduler", options=sched_opts),
             ActorGroup(
                 role="generator", kind=generator_kind, count=num_generators, options=gen_opts

@@ -32,11 +32,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from actors.drafts.suffix_tree import SuffixTree
+from actors.drafts.store import DraftStore
+from actors.drafts.suffix_tree import SuffixTree, SuffixTreeLike
+from transport.messages import GroupInfo, TokenAppend
 
-__all__ = ["AcceptanceTable", "SiblingModel", "acceptance_from_streams", "measure_acceptance"]
+__all__ = [
+    "RHYME_TOKEN_RECURRENCE",
+    "AcceptanceTable",
+    "SiblingModel",
+    "acceptance_from_streams",
+    "measure_acceptance",
+    "measure_history_acceptance",
+]
 
 REFS = (0, 1, 2, 4, 8, 15)
+_OTHERS = 1 << 20  # tree ids of the measured streams (a draft store's own start at 0)
+# RhymeRL (REFERENCES.md): about 93% of rollout tokens recur across adjacent epochs
+RHYME_TOKEN_RECURRENCE = 0.93
 SEER_CHAIN_ACCEPTANCE = {0: 1.70, 1: 2.04, 5: 2.32, 15: 2.53}  # REFERENCES.md, k = 1
 
 
@@ -120,17 +132,25 @@ class _Tally:
         self.pp = [[0.0] * (g_max + 1) for _ in refs]
         self.drafts = [0] * len(refs)
 
-    def run(self, i: int, own: list[int], others: list[list[int]], every: int) -> None:
+    def run(
+        self,
+        i: int,
+        own: list[int],
+        others: list[list[int]],
+        every: int,
+        tree: SuffixTreeLike | None = None,
+    ) -> None:
         """``own`` drafts from a tree holding ``others`` (whole) and its own stream so far:
-        a chain of up to ``g_max`` tokens every ``every`` tokens, checked against ``own``."""
+        a chain of up to ``g_max`` tokens every ``every`` tokens, checked against ``own``.
+        ``tree``: a tree that already holds more (a draft store's history); else a new one."""
         g_max = self.g_max
-        tree = SuffixTree(64)
+        tree = tree if tree is not None else SuffixTree(64)
         for s, stream in enumerate(others, start=1):
-            tree.append(s, stream)
+            tree.append(_OTHERS + s, stream)
         matcher = tree.matcher(32, 8)
         fed = 0
         for t in range(0, len(own) - g_max, every):
-            tree.append(0, own[fed:t])
+            tree.append(_OTHERS, own[fed:t])
             matcher.feed(own[fed:t])
             fed = t
             d = matcher.speculate(max_tokens=g_max, top_k_paths=1, min_prob=0.0)
@@ -161,6 +181,50 @@ def measure_acceptance(model: SiblingModel | None = None, g_max: int = 8) -> Acc
         siblings = [_sibling(ref, m, rng) for _ in range(max(REFS) + 1)]
         for i, k in enumerate(REFS):
             tally.run(i, siblings[0], siblings[1 : k + 1], m.sample_every)
+    return tally.table(m)
+
+
+@lru_cache(maxsize=8)
+def measure_history_acceptance(
+    model: SiblingModel | None = None,
+    g_max: int = 8,
+    *,
+    history: int = 8,
+    recurrence: float = RHYME_TOKEN_RECURRENCE,
+) -> AcceptanceTable:
+    """The acceptance table with the previous epoch's responses to the same prompt in each
+    group's tree: the project's ``DraftStore`` with ``keep_history`` (the live object) keeps
+    ``history`` responses of an earlier group of the prompt and opens the new group with
+    them. The earlier responses are siblings of the earlier epoch's reference stream, which
+    is this epoch's with each token kept with probability ``recurrence`` (else a fresh
+    token): RhymeRL's token recurrence. Rows by sibling references ahead, as
+    ``measure_acceptance``; every row also drafts from the history."""
+    m = model or SiblingModel()
+    rng = random.Random(m.seed + 1)
+    tally = _Tally(REFS, g_max)
+    for n in range(m.num_groups):
+        ref = _reference(m, rng)
+        old_ref = [t if rng.random() < recurrence else rng.randrange(m.vocab) for t in ref]
+        old = [_sibling(old_ref, m, rng) for _ in range(history)]
+        siblings = [_sibling(ref, m, rng) for _ in range(max(REFS) + 1)]
+        for i, k in enumerate(REFS):
+            store = DraftStore(keep_history=True, history_size=history)
+            prompt = f"p{n}"
+            store.open_groups("before", [GroupInfo(group_id="old", prompt_id=prompt, size=1)])
+            for j, stream in enumerate(old):
+                store.append(
+                    TokenAppend(
+                        group_id="old",
+                        request_id=f"r{j}",
+                        chunk_seq=1,
+                        start=0,
+                        token_ids=tuple(stream),
+                    )
+                )
+            store.close_groups(["old"])
+            store.open_groups("now", [GroupInfo(group_id="new", prompt_id=prompt, size=1)])
+            tree = store.tree("new")
+            tally.run(i, siblings[0], siblings[1 : k + 1], m.sample_every, tree)
     return tally.table(m)
 
 

@@ -36,9 +36,25 @@ def test_prior_from_an_earlier_iteration() -> None:
     est.open_group("it1", "prompt-7", group_size=2)
     est.open_group("other", "prompt-8", group_size=2)
     assert est.estimate("it1") == 450 and est.estimate("other") == 1000
+    assert est.on_request_finished("it1", 100) is None  # "floor": the prior stays a bound
+    assert est.estimate("it1") == 450
+    assert est.on_request_finished("it1", 600) == 600  # a longer sibling raises it
+    est.close_group("it1")
+    assert est.prior("prompt-7") == 600
+
+
+def test_prior_until_finished_drops_it_at_the_first_sibling() -> None:
+    est = LengthEstimator(1000, use_prior=True, prior_rule="until_finished")
+    est.open_group("it0", "prompt-7", group_size=1)
+    est.on_request_finished("it0", 450)
+    est.close_group("it0")
+    est.open_group("it1", "prompt-7", group_size=2)
+    assert est.estimate("it1") == 450
     assert est.on_request_finished("it1", 100) == 100  # a finished sibling beats the prior
     est.close_group("it1")
     assert est.prior("prompt-7") == 100
+    with pytest.raises(ValueError, match="prior_rule"):
+        LengthEstimator(10, prior_rule="mean")  # type: ignore[arg-type]
 
 
 def test_prior_unused_unless_enabled() -> None:

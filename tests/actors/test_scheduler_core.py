@@ -331,3 +331,20 @@ def test_random_runs_respect_capacity_and_finish(
     assert core.is_done and sorted(sim.finished) == sorted(true_len)
     assert all(core.request(r).generated == n for r, n in true_len.items())
     assert core.num_waiting == core.num_running == 0
+
+
+def test_first_estimates_record_what_ordered_each_request() -> None:
+    core = core_for("context_aware", num_instances=1, max_running_per_instance=3)
+    core.update_estimate("g0", 40)  # a prior, before the group arrives
+    core.add(group("g0", 2, 0) + group("g1", 2, 2), now=0.0)
+    ds = core.next_dispatches(0.0)  # both probes, then g0's sibling (40 < the limit, but known)
+    assert [d.request_id for d in ds] == ["g0-0", "g1-0", "g1-1"]
+    assert core.first_estimates == {"g1-1": LIMIT}  # probes carry none; g1 had no estimate
+    core.on_chunk_finished("g0-0", 0, 1, 16, True, 1.0)
+    core.update_estimate("g0", 50)
+    [d] = core.next_dispatches(1.0)
+    assert d.request_id == "g0-1" and core.first_estimates["g0-1"] == 50
+    divided = core_for("divided")
+    divided.add(group("g0", 2, 0), now=0.0)
+    divided.next_dispatches(0.0)
+    assert divided.first_estimates == {}  # a policy with no estimate records none

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -161,6 +162,11 @@ def test_a_run_toml_nests_the_trainers_options(tmp_path: Path) -> None:
     trainer = rl_topology(cfg, "").topology.group("trainer")
     assert trainer.count == 2 and trainer.options["lr"] == 0.01
     assert trainer.options["model"]["max_context"] == 512 and trainer.options["seed"] == 0
+    topo = rl_topology(cfg, "").topology  # the history knobs reach their actors
+    assert topo.group("estimator").options == {"use_prior": cfg.length_prior}
+    assert topo.group("drafts").options == {"keep_history": cfg.draft_history}
+    off = rl_topology(dataclasses.replace(cfg, length_prior=False), "").topology
+    assert off.group("estimator").options == {"use_prior": False}
     with pytest.raises(ConfigError, match="unknown keys \\['lr'\\]"):
         path.write_text("lr = 0.01\n")  # the old flat key
         run_config(build_parser().parse_args(["run", "--config", str(path)]))

@@ -68,6 +68,8 @@ async def test_one_full_iteration_over_real_processes(tmp_path: Path) -> None:
     assert load_run_config(tmp_path / "run" / "config.toml") == toy_config(tmp_path)
     logs = {p.name for p in (tmp_path / "run" / "logs").iterdir()}
     assert {"generator-0.log", "generator-1.log", "scheduler-0.log", "trainer-0.log"} <= logs
+    # context-aware (the default policy) orders by an estimate; its error is in the row
+    assert row["policy"] == "context_aware" and row["estimate_error"] >= 0.0
     # the last iteration scores the held-out prompts: mean reward and success rate (reward 1),
     # before training and now; rewards lie in [0, 1], so success can never exceed the mean
     for when in ("", "_before"):

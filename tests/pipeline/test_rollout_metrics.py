@@ -186,3 +186,20 @@ def test_plot_stacks_concurrent_chunks_in_separate_rows() -> None:
         chunk("d1", 0, 0, 3, 7),
     ]
     assert pack_slots(chunks) == [0, 1, 0, 2]
+
+
+def test_estimate_error_against_each_groups_true_longest() -> None:
+    import dataclasses
+
+    reqs = (
+        request("a0", 100, 1.0),  # group a's longest: 100
+        dataclasses.replace(request("a1", 50, 2.0), estimate=150),  # +50%
+        dataclasses.replace(request("b1", 200, 3.0), estimate=100),  # -50%
+        dataclasses.replace(request("b2", 40, 3.0), estimate=200),  # exact
+    )
+    m = compute_metrics(record((), reqs))
+    assert m["num_estimates"] == 3
+    assert m["estimate_error"] == pytest.approx(1 / 3)
+    assert m["estimate_bias"] == pytest.approx(0.0)
+    none = compute_metrics(record((), reqs[:1]))
+    assert none["estimate_error"] is None and none["num_estimates"] == 0

@@ -63,6 +63,9 @@ class RequestRecord(Struct):
     arrival_s: float
     finish_s: float
     finish_reason: str
+    # the scheduler's estimate of the group's longest output when this request's first
+    # chunk was dispatched (0: none -- a probe, or a policy that keeps no estimate)
+    estimate: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -53,6 +53,7 @@ class _Run:
         acceptance: AcceptanceTable | None,
         policy_object: Policy | None = None,
         spec_state: Sequence[SpecPolicy] | None = None,
+        estimator: LengthEstimator | None = None,
     ) -> None:
         self.book = Book.open(requests)
         self.reqs = self.book.reqs
@@ -61,9 +62,13 @@ class _Run:
         self.cost = cost
         limit = max(r.max_new_tokens for r in self.reqs)
         self.core = self._make_core(policy_object, policy_name, limit)
-        self.estimator = LengthEstimator(limit)
+        self.estimator = estimator or LengthEstimator(limit)
+        self.unfinished = {gid: len(idx) for gid, idx in self.book.members.items()}
         for gid, idx in self.book.members.items():
             self.estimator.open_group(gid, self.reqs[idx[0]].prompt_id, len(idx))
+            start = self.estimator.estimate(gid)
+            if start != limit:  # a prior: the estimator actor sends it when the group opens
+                self.core.update_estimate(gid, start)
         self.instances = self._make_instances()
         self.speculation = Speculation(
             self.book, config, cost, acceptance, self.instances, spec_state
@@ -218,6 +223,9 @@ class _Run:
         # generator's clock), not when the scheduler hears of it
         self.book.finish_s[r], self.book.finish_reason[r] = c.ended_s, reason
         new = self.estimator.on_request_finished(spec.group_id, st.generated)
+        self.unfinished[spec.group_id] -= 1
+        if not self.unfinished[spec.group_id]:  # as the estimator actor: its prompt's prior
+            self.estimator.close_group(spec.group_id)
         if new is not None:
             self.core.update_estimate(spec.group_id, new)
         return reason
@@ -263,7 +271,9 @@ class _Run:
         # the makespan ends with the last chunk's end on its generator, as the live record's
         makespan = max((c.end_s for c in self.book.chunks), default=now)
         return SimResult(
-            rollout_record(self.book, self.instances, policy_name, makespan),
+            rollout_record(
+                self.book, self.instances, policy_name, makespan, self.core.first_estimates
+            ),
             dict(self.core.counters),
             time.perf_counter() - start,
             time.process_time() - cpu,
@@ -286,11 +296,16 @@ def simulate(
     acceptance: AcceptanceTable | None = None,
     policy_object: Policy | None = None,
     spec_state: Sequence[SpecPolicy] | None = None,
+    estimator: LengthEstimator | None = None,
 ) -> SimResult:
     """One simulated rollout of ``requests`` under ``policy`` (a ``make_policy`` name;
     ``policy_object``, if given, is the policy run instead and ``policy`` only its label:
     diagnostic variants, see ``pipeline.sim.gap``). Speculation policies: ``spec_state``
     (copies of an earlier rollout's, ``SimResult.extra["spec_policies"]``: a generator's
     policy lives on from one rollout to the next); else, on recorded tokens, fresh ones
-    (a generator's first rollout), and on the acceptance table, warm ones."""
-    return _Run(requests, policy, config, cost, acceptance, policy_object, spec_state).run(policy)
+    (a generator's first rollout), and on the acceptance table, warm ones. ``estimator``:
+    the length estimator to feed (one that lives on from earlier rollouts keeps its
+    per-prompt priors, ``use_prior``); else a fresh one. Its groups are opened here and
+    closed as their last request finishes, as the estimator actor does."""
+    run = _Run(requests, policy, config, cost, acceptance, policy_object, spec_state, estimator)
+    return run.run(policy)

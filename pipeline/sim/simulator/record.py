@@ -9,7 +9,7 @@ sibling counts), when and why it finished, and every ended chunk as a ``ChunkRec
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from actors.scheduler import RequestState
@@ -111,9 +111,15 @@ class Book:
 
 
 def rollout_record(
-    book: Book, instances: Sequence[SimInstance], policy_name: str, makespan: float
+    book: Book,
+    instances: Sequence[SimInstance],
+    policy_name: str,
+    makespan: float,
+    estimates: Mapping[str, int] | None = None,
 ) -> RolloutRecord:
-    """The rollout's record, as a live rollout's: its chunks, requests and instances."""
+    """The rollout's record, as a live rollout's: its chunks, requests and instances;
+    ``estimates``: the scheduler core's ``first_estimates``."""
+    est = estimates or {}
     requests = tuple(
         RequestRecord(
             request_id=r.request_id,
@@ -125,6 +131,7 @@ def rollout_record(
             arrival_s=0.0,
             finish_s=book.finish_s[i],
             finish_reason=book.finish_reason[i],
+            estimate=est.get(r.request_id, 0),
         )
         for i, r in enumerate(book.reqs)
     )
