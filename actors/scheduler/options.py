@@ -41,7 +41,10 @@ class SchedulerOptions:
     whose chunks failed that often in a row ends in "error" rather than be tried again.
     `environment_timeout_s`: how long an environment actor may take to answer a multi-turn
     episode's reset or step before it counts as lost (the episodes awaiting it end
-    "env_lost"); keep it above the environment actors' `step_timeout_s`."""
+    "env_lost"); keep it above the environment actors' `step_timeout_s`. `sticky_turns`:
+    an episode's next turn goes back to the generator holding its KV (Seer across turns);
+    False places every turn as a fresh request (least-loaded, no pin, no KV home), as an
+    agent loop over a plain server submits it: the baseline of `seer bench agentic`."""
 
     policy: str = "context_aware"
     chunk_size: int = 128
@@ -60,6 +63,7 @@ class SchedulerOptions:
     max_instance_faults: int = 3
     max_chunk_faults: int = 3
     environment_timeout_s: float = 60.0
+    sticky_turns: bool = True
 
     def __post_init__(self) -> None:
         check_choice(self, "policy", POLICY_NAMES)
