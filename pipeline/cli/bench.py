@@ -16,6 +16,7 @@ BENCHES = {
     "dispatch": "pipeline.bench.dispatch",
     "layouts": "pipeline.bench.layouts",
     "eviction": "pipeline.bench.eviction",
+    "agentic": "pipeline.bench.agentic",
 }
 
 
@@ -26,12 +27,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     bench.add_argument("--quick", action="store_true", help="smaller sizes (smoke test)")
     bench.add_argument("--trace", help="rollout: replay this recorded trace's workload")
     bench.add_argument(
-        "--chunk-size", type=int, default=128, help="rollout, eviction: tokens per chunk"
+        "--chunk-size",
+        type=int,
+        default=128,
+        help="rollout, eviction, agentic: tokens per chunk",
     )
     bench.add_argument(
         "--repeats",
         type=int,
-        help="rollout, drafts, scheduler, serve, engine: runs per variant (median); "
+        help="rollout, drafts, scheduler, serve, engine, agentic: runs per variant (median); "
         "eviction: seeds",
     )
     bench.add_argument(
@@ -93,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
             model_dir=args.model,
             repeats=args.repeats,
         )
+    elif args.name == "agentic":
+        module.run(args.json, quick=args.quick, repeats=args.repeats, chunk_size=args.chunk_size)
     elif args.name == "drafts":
         module.run(args.json, quick=args.quick, repeats=args.repeats, model=args.model)
     else:

@@ -11,7 +11,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         help="the rollout simulator: validate it, run Seer's scale, or split context-aware's "
         "gap to the oracle into its causes",
     )
-    sim.add_argument("what", choices=("validate", "seer", "gap"))
+    sim.add_argument("what", choices=("validate", "seer", "gap", "agentic"))
     sim.add_argument("--json", help="write the result as JSON here (a PNG beside it)")
     sim.add_argument("--quick", action="store_true", help="validate: the small workload")
     sim.add_argument("--seeds", type=int, default=3, help="validate: live seeds (>= 3)")
@@ -36,9 +36,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         "siblings repeat each other, so grouped drafts find text; at 1.0 they share none)",
     )
     sim.add_argument("--workload", action="append", help="seer: moonlight, qwen2-vl-72b, kimi-k2")
-    sim.add_argument("--scale", type=float, default=1.0, help="seer: fraction of the groups")
-    sim.add_argument("--chunk-size", type=int, help="seer: tokens per chunk (default 4096)")
-    sim.add_argument("--instances", type=int, default=32, help="seer: generator instances")
+    sim.add_argument("--scale", type=float, default=1.0, help="seer, agentic: fraction of the groups"
+    )
+    sim.add_argument("--chunk-size", type=int, help="seer, agentic: tokens per chunk (default 4096)"
+    )
+    sim.add_argument("--instances", type=int, default=32, help="seer, agentic: generator instances"
+    )
     return sim
 
 
@@ -57,6 +60,15 @@ def run(args: argparse.Namespace) -> int:
             reprofile=args.reprofile,
             interleave=not args.fixed_table,
             temperature=validate.TEMPERATURE if args.temperature is None else args.temperature,
+        )
+    elif args.what == "agentic":
+        from pipeline.sim import agentic
+
+        agentic.run(
+            args.json,
+            scale=args.scale,
+            chunk_size=args.chunk_size or 4096,
+            num_instances=args.instances,
         )
     elif args.what == "gap":
         from pipeline.sim import gap
