@@ -7,17 +7,17 @@ group), between turns an observation of uniform length and an environment latenc
 (lognormal, median and sigma below); every turn makes exactly ``turn_tokens`` action
 tokens (ignore_eos: a turn ends at the episode's ``max_turn_tokens``). The synthetic
 environment (``pipeline.bench.agentic_env``) sleeps each drawn latency and answers the
-drawn observation; it runs in 2 environment actor processes beside the splitter, estimator,
-scheduler and 2 built-in generator processes on the bench's small random model (real
-processes, real sockets). Each sample's episode budget is its drawn length (+1), so the
-oracle ranks by the true episode length.
+drawn observation; it runs in 2 environment actor processes (quick: 1) beside the
+splitter, estimator, scheduler and 2 built-in generator processes on the bench's small
+random model (real processes, real sockets). Each sample's episode budget is its drawn
+length (+1), so the oracle ranks by the true episode length.
 
 Policies: ``baseline`` = veRL-style (whole turns, groups pinned round-robin, the engine
-queues) with every turn submitted as a fresh request (``sticky_turns=False``:
-least-loaded, no KV affinity, as an agent loop over plain servers), in a topology of its
-own; ``divided``, ``context_aware``, ``oracle`` with sticky turns (the turn goes back to
-the generator holding its KV unless the spread moves it), in another, interleaved. Each
-policy runs ``repeats`` rollouts (medians). JSON: ``{"policies": {name: {"makespan_s",
+queues) with every turn submitted as a fresh request (the rollout's ``sticky_turns=False``:
+least-loaded, no KV affinity, as an agent loop over plain servers); ``divided``,
+``context_aware``, ``oracle`` with sticky turns (the turn goes back to the generator
+holding its KV unless the spread moves it). One topology runs them all, interleaved,
+``repeats`` rollouts each (medians). JSON: ``{"policies": {name: {"makespan_s",
 "tail_s", "throughput_tok_s", "reprefill_tokens", "lost"}}, "ratios": {name:
 throughput / baseline's}}`` plus the workload and per-run makespans. ``lost``: samples
 that did not come back, or came back ended by a failure (``error``, ``env_*``,
@@ -126,7 +126,6 @@ async def _topology(
     chunk_size: int,
     policies: tuple[str, ...],
     repeats: int,
-    sticky: bool,
     console: Console,
 ) -> dict[str, list[dict[str, Any]]]:
     prompts, spec, sampling = build(w)
@@ -134,8 +133,7 @@ async def _topology(
         num_generators=2,
         chunk_size=chunk_size,
         generator={"spec": {"mode": "off"}, **gen},
-        scheduler={"sticky_turns": sticky},
-        environments=2,
+        environments=1 if len(prompts) <= QUICK.num_groups else 2,
     )
     num_samples = len(prompts) * w.group_size
     runs: dict[str, list[dict[str, Any]]] = {p: [] for p in policies}
@@ -147,7 +145,12 @@ async def _topology(
             for name in policies:
                 with console.status(f"rollout {r + 1}/{repeats} under {name}"):
                     result = await rollout.generate_with_record(
-                        prompts, w.group_size, sampling, policy=name, episode=spec
+                        prompts,
+                        w.group_size,
+                        sampling,
+                        policy=name,
+                        episode=spec,
+                        sticky_turns=name != "baseline",
                     )
                 runs[name].append(_metrics(result, num_samples))
                 console.print(f"{name} #{r + 1}: {result.record.makespan_s:.2f} s")
@@ -181,14 +184,7 @@ def run(
         f"{max(len(ep.actions) for ep in eps)}, env latency "
         f"{sum(sum(ep.latencies_s) for ep in eps):.1f} s in all"
     )
-    runs: dict[str, list[dict[str, Any]]] = {}
-    if "baseline" in policies:
-        runs |= anyio.run(
-            _topology, w, gen, chunk_size, ("baseline",), repeats, False, console
-        )
-    rest = tuple(p for p in policies if p != "baseline")
-    if rest:
-        runs |= anyio.run(_topology, w, gen, chunk_size, rest, repeats, True, console)
+    runs = anyio.run(_topology, w, gen, chunk_size, policies, repeats, console)
     table = {name: _median(runs[name]) for name in policies}
     base = table.get("baseline", {}).get("throughput_tok_s")
     ratios = {n: p["throughput_tok_s"] / base for n, p in table.items()} if base else {}
@@ -204,7 +200,7 @@ def run(
         "chunk_size": chunk_size,
         "repeats": repeats,
     }
-    title = f"seer bench agentic (live: 2 generators, 2 environment actors; medians of {repeats})"
+    title = f"seer bench agentic (live: 2 generators; medians of {repeats})"
     console.print(policy_table(title, summary))
     if json_path:
         write_results(json_path, summary)

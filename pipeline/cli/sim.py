@@ -36,12 +36,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         "siblings repeat each other, so grouped drafts find text; at 1.0 they share none)",
     )
     sim.add_argument("--workload", action="append", help="seer: moonlight, qwen2-vl-72b, kimi-k2")
-    sim.add_argument("--scale", type=float, default=1.0, help="seer, agentic: fraction of the groups"
+    sim.add_argument(
+        "--scale", type=float, default=1.0, help="seer, agentic: fraction of the groups"
     )
-    sim.add_argument("--chunk-size", type=int, help="seer, agentic: tokens per chunk (default 4096)"
+    sim.add_argument(
+        "--chunk-size", type=int, help="seer, agentic: tokens per chunk (default 4096)"
     )
-    sim.add_argument("--instances", type=int, default=32, help="seer, agentic: generator instances"
-    )
+    sim.add_argument("--instances", type=int, default=32, help="seer, agentic: generator instances")
     return sim
 
 
