@@ -126,6 +126,7 @@ async def _topology(
     chunk_size: int,
     policies: tuple[str, ...],
     repeats: int,
+    environments: int,
     console: Console,
 ) -> dict[str, list[dict[str, Any]]]:
     prompts, spec, sampling = build(w)
@@ -133,7 +134,7 @@ async def _topology(
         num_generators=2,
         chunk_size=chunk_size,
         generator={"spec": {"mode": "off"}, **gen},
-        environments=1 if len(prompts) <= QUICK.num_groups else 2,
+        environments=environments,
     )
     num_samples = len(prompts) * w.group_size
     runs: dict[str, list[dict[str, Any]]] = {p: [] for p in policies}
@@ -184,7 +185,8 @@ def run(
         f"{max(len(ep.actions) for ep in eps)}, env latency "
         f"{sum(sum(ep.latencies_s) for ep in eps):.1f} s in all"
     )
-    runs = anyio.run(_topology, w, gen, chunk_size, policies, repeats, console)
+    environments = 1 if quick else 2
+    runs = anyio.run(_topology, w, gen, chunk_size, policies, repeats, environments, console)
     table = {name: _median(runs[name]) for name in policies}
     base = table.get("baseline", {}).get("throughput_tok_s")
     ratios = {n: p["throughput_tok_s"] / base for n, p in table.items()} if base else {}
@@ -199,6 +201,7 @@ def run(
         "generator": gen,
         "chunk_size": chunk_size,
         "repeats": repeats,
+        "environment_actors": environments,
     }
     title = f"seer bench agentic (live: 2 generators; medians of {repeats})"
     console.print(policy_table(title, summary))

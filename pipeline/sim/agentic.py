@@ -23,6 +23,7 @@ its KV capacity, and reports the table of `seer bench agentic`, labelled simulat
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
@@ -213,9 +214,8 @@ def run(
     ``num_instances`` simulated H200s running Moonlight's MoE table."""
     console = Console(width=140)
     start = time.perf_counter()
-    base = SEER_AGENTIC
-    w = AgenticWorkload(**{**asdict(base), "num_groups": max(1, round(base.num_groups * scale))})
-    w = AgenticWorkload(**{**asdict(w), "seed": seed})
+    groups_kept = max(1, round(SEER_AGENTIC.num_groups * scale))
+    w = dataclasses.replace(SEER_AGENTIC, num_groups=groups_kept, seed=seed)
     shape = SEER_WORKLOADS["moonlight"]
     groups = episodes(w)
     lengths = [ep.length for g in groups for ep in g]
