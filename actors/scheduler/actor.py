@@ -253,6 +253,7 @@ class SchedulerActor(TurnTaking):
             kv_high_watermark=self.opts.kv_high_watermark,
             affinity_spread=self.opts.affinity_spread,
             growth_reserve=self.opts.growth_reserve,
+            sticky_turns=self.opts.sticky_turns if msg.sticky_turns is None else msg.sticky_turns,
         )
         episodes = self._open_episodes(msg.requests, msg.rollout_id in self.streams)
         start = time.time()

@@ -82,6 +82,7 @@ class SchedulerCore:
         growth_reserve: int | None = None,
         indexed: bool = True,
         global_kv: bool = False,
+        sticky_turns: bool = True,
     ) -> None:
         _require(num_instances >= 1, "num_instances >= 1", num_instances)
         _require(chunk_size >= 1, "chunk_size >= 1", chunk_size)
@@ -102,6 +103,10 @@ class SchedulerCore:
         # a global KV pool (Seer's): a chunk's KV leaves its instance when the chunk ends,
         # so a waiting request has no home and any instance serves its next chunk alike
         self.global_kv = global_kv
+        # False: a resumed turn is placed as a fresh request (no KV home, no pin), as an
+        # agent loop over a plain server submits it (`seer bench agentic`'s baseline)
+        self.sticky_turns = sticky_turns
+        self._fresh_turns: set[str] = set()
         self.counters: dict[str, int] = dict.fromkeys(COUNTER_NAMES, 0)
         self._requests: dict[str, RequestState] = {}
         self._waiting: dict[str, RequestState] = {}
@@ -249,6 +254,9 @@ class SchedulerCore:
             )
         req.generated += num_observation_tokens
         req.turn_generated = 0
+        if not self.sticky_turns:
+            self._set_home(request_id, None)
+            self._fresh_turns.add(request_id)
         home = self._home_of.get(request_id)
         if home is not None:
             self._homed_kv[home] += num_observation_tokens
@@ -424,7 +432,7 @@ class SchedulerCore:
         return room - (self._homed[i] + 1) * self.growth_reserve
 
     def _place(self, req: RequestState, kv_need: int, bounded: bool) -> int | None:
-        pin = self.policy.pin(req)
+        pin = None if req.request_id in self._fresh_turns else self.policy.pin(req)
         if not bounded or pin is not None:
             candidates = [p for p in self._loads if p.index not in self._down]
             if pin is not None and pin not in self._down:
@@ -450,6 +458,7 @@ class SchedulerCore:
     def _dispatch(
         self, req: RequestState, instance: int, max_chunk_tokens: int, kv_need: int, promoted: bool
     ) -> Dispatch:
+        self._fresh_turns.discard(req.request_id)
         self._until_promotion -= 1
         if promoted:
             self.counters["starvation_picks"] += 1

@@ -44,7 +44,11 @@ class SchedulerOptions:
     "env_lost"); keep it above the environment actors' `step_timeout_s`.
     `result_message_bytes`: a rollout's results go to the driver in messages of at most
     this many bytes each (`RolloutPart`s, then `RolloutFinished`; 4 bytes a token and a
-    logprob, a fixed cost a sample and a chunk record; a larger sample travels alone)."""
+    logprob, a fixed cost a sample and a chunk record; a larger sample travels alone).
+    `sticky_turns`: an episode's next turn goes back to the generator holding its KV (Seer
+    across turns); False places every turn as a fresh request (least-loaded, no pin, no KV
+    home), as an agent loop over a plain server submits it: the baseline of `seer bench
+    agentic`."""
 
     policy: str = "context_aware"
     chunk_size: int = 128
@@ -64,6 +68,7 @@ class SchedulerOptions:
     max_chunk_faults: int = 3
     environment_timeout_s: float = 60.0
     result_message_bytes: int = 16 << 20
+    sticky_turns: bool = True
 
     def __post_init__(self) -> None:
         check_choice(self, "policy", POLICY_NAMES)

@@ -139,7 +139,7 @@ class TurnTaking(Actor):
                 request_id=rid,
                 environment=ep.environment,
                 prompt_ids=e.spec.prompt_ids,
-                info=e.spec.env_info,
+                info={**e.spec.env_info, "sample_index": e.spec.index},
                 max_observation_tokens=ep.max_observation_tokens,
                 observation_cut=ep.observation_cut,
             )

@@ -31,7 +31,12 @@ class RequestSplitter(Actor):
         self.offer("estimator", 0, opened)  # best-effort peers: never block the rollout
         if self.has_peer("drafts"):
             self.offer("drafts", 0, opened)
-        added = RequestsAdded(rollout_id=msg.rollout_id, requests=requests, policy=msg.policy)
+        added = RequestsAdded(
+            rollout_id=msg.rollout_id,
+            requests=requests,
+            policy=msg.policy,
+            sticky_turns=msg.sticky_turns,
+        )
         await self.send_to("scheduler", 0, added)
         self.log.info(
             "batch_split", rollout=msg.rollout_id, groups=len(groups), requests=len(requests)

@@ -31,6 +31,7 @@ BENCHES = {
     ),
     "layouts": Command("pipeline.bench.layouts", "generator layouts by context length"),
     "eviction": Command("pipeline.bench.eviction", "the engine's parked-KV eviction rules"),
+    "agentic": Command("pipeline.bench.agentic", "multi-turn episodes under the four policies"),
 }
 
 

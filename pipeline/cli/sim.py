@@ -18,6 +18,9 @@ SIMS = {
     "gap": Command(
         "pipeline.sim.gap", "context-aware's gap to the oracle at Seer's scale, by cause"
     ),
+    "agentic": Command(
+        "pipeline.sim.agentic", "multi-turn episodes with environment latency at Seer's scale"
+    ),
 }
 
 

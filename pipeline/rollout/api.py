@@ -260,10 +260,12 @@ class Rollout:
         policy: str = "",
         stream: StreamToRanks | None = None,
         episode: EpisodeSpec | None = None,
+        sticky_turns: bool | None = None,
     ) -> RolloutResult:
         """`stream`: send each sample, scored, straight from the scheduler to the trainer
         ranks as it finishes (its `rollout_id` is filled in here); the result's samples then
-        have no tokens, and `stream` says where they went."""
+        have no tokens, and `stream` says where they went. `sticky_turns`: False places
+        every turn of an episode as a fresh request (None: the scheduler's option)."""
         cluster = self._cluster()
         specs = prompt_specs(prompts)
         sampling = SamplingSpec() if sampling is None else sampling
@@ -282,6 +284,7 @@ class Rollout:
             sampling=sampling,
             policy=policy,
             episode=episode,
+            sticky_turns=sticky_turns,
         )
         failed_before = cluster.status[("scheduler", 0)].num_failed
         try:

@@ -57,6 +57,28 @@ def test_a_turn_is_held_then_resumed_where_its_kv_is(policy: str) -> None:
     assert core.is_done and core.working_set(d.instance) == (0, 0)
 
 
+@pytest.mark.parametrize("sticky", [True, False])
+def test_without_sticky_turns_a_turn_is_placed_as_a_fresh_request(sticky: bool) -> None:
+    core = SchedulerCore(
+        make_policy("baseline", num_instances=2, max_new_tokens=50), 2, chunk_size=4,
+        max_running_per_instance=4, sticky_turns=sticky,
+    )  # fmt: skip
+    core.add([_req("a"), _req("b")], 0.0)  # one group: the baseline pins both to instance 0
+    first = core.next_dispatches(0.0)
+    assert [d.instance for d in first] == [0, 0]
+    core.on_chunk_finished("a", 0, first[0].chunk_seq, 3, False, 1.0)
+    core.hold("a")
+    core.resume("a", 2, 2.0)  # "b" still runs on instance 0
+    assert core.working_set(0)[0] == (2 if sticky else 1)  # no KV home kept without stickiness
+    [again] = core.next_dispatches(2.0)
+    assert again.request_id == "a" and again.instance == (0 if sticky else 1)
+    core.on_chunk_finished("a", again.instance, again.chunk_seq, 3, False, 3.0)
+    core.hold("a")
+    core.resume("a", 2, 4.0)  # later turns too; the pin still holds with stickiness
+    [third] = core.next_dispatches(4.0)
+    assert third.instance == (0 if sticky else 1)  # fresh: least-loaded (instance 1 is idle)
+
+
 def test_hold_and_resume_refuse_a_request_in_the_wrong_state() -> None:
     core = _core()
     core.add([_req("a")], 0.0)

@@ -165,6 +165,9 @@ class PromptBatch(Message):
     sampling: SamplingSpec
     policy: str = ""
     episode: EpisodeSpec | None = None  # every sample is a multi-turn episode
+    # episodes' turns back to the generator holding their KV (None: the scheduler's
+    # `sticky_turns`); False: each turn placed as a fresh request
+    sticky_turns: bool | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,6 +186,7 @@ class RequestsAdded(Message):
     rollout_id: str
     requests: tuple[RequestSpec, ...]
     policy: str = ""
+    sticky_turns: bool | None = None  # as the PromptBatch's
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
