@@ -14,7 +14,9 @@ SIMS = {
     "validate": Command(
         "pipeline.sim.validate", "the simulator against live rollouts on this machine"
     ),
-    "seer": Command("pipeline.sim.seer", "Seer's ablation at Seer's scale on the H200 tables"),
+    "seer": Command(
+        "pipeline.sim.seer_command", "Seer's ablation at Seer's scale on the H200 tables"
+    ),
     "gap": Command(
         "pipeline.sim.gap", "context-aware's gap to the oracle at Seer's scale, by cause"
     ),

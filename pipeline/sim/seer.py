@@ -19,7 +19,6 @@ and per stretch, not per token.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import tempfile
 import time
@@ -43,9 +42,7 @@ __all__ = [
     "QUICK_SCALE",
     "SEER_PUBLISHED",
     "SEER_WORKLOADS",
-    "add_arguments",
     "run",
-    "run_args",
 ]
 
 # (scheduler policy, speculation, KV pool) per ablation step
@@ -233,68 +230,3 @@ def _table(result: dict[str, Any]) -> Table:
 
 #: `seer sim seer --quick`: one workload at this fraction of its groups (a smoke test)
 QUICK_SCALE = 0.02
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`seer sim seer`'s own flags (beside --json)."""
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"a smoke test: moonlight (unless --workload) at --scale {QUICK_SCALE}",
-    )
-    parser.add_argument(
-        "--workload", action="append", help=f"repeat for several: {', '.join(SEER_WORKLOADS)}"
-    )
-    parser.add_argument("--scale", type=float, help="fraction of the groups (default 1)")
-    parser.add_argument("--chunk-size", type=int, default=4096, help="tokens per chunk")
-    parser.add_argument("--instances", type=int, default=32, help="generator instances")
-    parser.add_argument(
-        "--epochs",
-        type=int,
-        help="epochs of recurring prompts, with history-aware policies (default workloads: "
-        "qwen2-vl-72b, kimi-k2)",
-    )
-    parser.add_argument(
-        "--policy",
-        action="append",
-        help="--epochs: run only these policies (repeat; also the study variants "
-        "ca_prior_until_finished, ca_extrapolated, ca_group_max_known)",
-    )
-    parser.add_argument(
-        "--iterations-per-epoch", type=int, default=4, help="--epochs: P/B iterations"
-    )
-    parser.add_argument(
-        "--drift", type=float, default=0.005, help="--epochs: length growth per iteration"
-    )
-
-
-def run_args(args: argparse.Namespace) -> None:
-    """`seer sim seer` from its parsed flags."""
-    scale = args.scale if args.scale is not None else (QUICK_SCALE if args.quick else 1.0)
-    if args.epochs is None and (
-        args.policy or args.iterations_per_epoch != 4 or args.drift != 0.005
-    ):
-        raise ValueError("--policy, --iterations-per-epoch and --drift need --epochs")
-    if args.epochs is not None:
-        from pipeline.sim import epochs
-        from pipeline.sim.workload import EpochModel
-
-        epochs.run(
-            args.json,
-            epochs=args.epochs,
-            workloads=tuple(args.workload) if args.workload else ("qwen2-vl-72b", "kimi-k2"),
-            policies=tuple(args.policy) if args.policy else tuple(epochs.EPOCH_POLICIES),
-            model=EpochModel(iterations_per_epoch=args.iterations_per_epoch, drift=args.drift),
-            scale=scale,
-            chunk_size=args.chunk_size,
-            num_instances=args.instances,
-        )
-        return
-    default = ("moonlight",) if args.quick else tuple(SEER_WORKLOADS)
-    run(
-        args.json,
-        workloads=tuple(args.workload) if args.workload else default,
-        scale=scale,
-        chunk_size=args.chunk_size,
-        num_instances=args.instances,
-    )
