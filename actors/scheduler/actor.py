@@ -385,7 +385,8 @@ class SchedulerActor(TurnTaking):
             generated = tuple(run.book.tokens[d.request_id])
             run.dispatched[(d.request_id, d.chunk_seq)] = now
             self.faults.dispatched(d.request_id, d.chunk_seq, d.instance, d.max_chunk_tokens, now)
-            msg = chunk_assigned(run.rollout_id, d, spec, generated, self.weight_version)
+            fresh = run.book.fresh.get(d.request_id, 0)
+            msg = chunk_assigned(run.rollout_id, d, spec, generated, self.weight_version, fresh)
             if d.instance in lost:
                 continue  # re-queued below with the rest of its chunks
             try:

@@ -37,8 +37,10 @@ def chunk_assigned(
     spec: RequestSpec,
     generated: tuple[int, ...],
     weight_version: int,
+    num_fresh_tokens: int = 0,
 ) -> ChunkAssigned:
-    """The message that runs dispatch `d` (a forced length, benchmarks only, caps the total)."""
+    """The message that runs dispatch `d` (a forced length, benchmarks only, caps the total;
+    `num_fresh_tokens`: observation tokens at the end of `generated`)."""
     return ChunkAssigned(
         rollout_id=rollout_id,
         request_id=d.request_id,
@@ -51,4 +53,5 @@ def chunk_assigned(
         weight_version=weight_version,
         group_id=spec.group_id,
         is_probe=spec.is_probe,
+        num_fresh_tokens=num_fresh_tokens,
     )

@@ -110,6 +110,27 @@ async def test_episodes_are_one_trajectory_with_observations_masked(tmp_path: Pa
             context += tokens[end - 3 : end]
 
 
+async def test_the_draft_store_holds_whole_trajectories(tmp_path: Path) -> None:
+    """Grouped speculation across turns: every episode's actions and observations reach the
+    draft store (no gap at a turn boundary), so siblings elsewhere draft later turns."""
+    generator = {**TINY, "spec": {"mode": "group"}}
+    config = rollout_config(
+        num_generators=1, chunk_size=4, generator=generator, run_dir=str(tmp_path),
+        environments=1, scheduler={"environment_timeout_s": 5.0},
+    )  # fmt: skip
+    prompts = [PromptSpec(prompt_id="a", token_ids=(3, 4, 5), env_info={"first": 40})]
+    episode = EpisodeSpec(environment=ENV, max_turns=3, max_turn_tokens=3)
+    async with Rollout(config, mode="inprocess") as rollout:
+        groups = await rollout.generate(prompts, 3, GREEDY, episode=episode)
+        assert rollout.cluster is not None
+        stats = await rollout.cluster.call("drafts", 0, GetStats(), timeout=10)
+    assert isinstance(stats, ActorStats)
+    counters = dict(stats.counters)
+    assert counters["gaps"] == 0  # (8 before: every append after the reset's observation)
+    # every token of every trajectory (reset's observation, actions, observations) is there
+    assert counters["appended_tokens"] == sum(len(s.token_ids) for s in groups[0].samples)
+
+
 async def test_environment_faults_end_their_episodes_with_a_reason(tmp_path: Path) -> None:
     faults = {"raise": "env_error", "sleep": "env_timeout", "bad": "bad_observation"}
     prompts = [
