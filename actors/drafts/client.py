@@ -10,6 +10,10 @@ Pure and synchronous: the generator actor feeds it and moves its messages.
   requests and how far each replica has replayed the group's append log; the store answers
   with the entries after that, which are replayed into the replicas (idempotently: entries
   for tokens a replica already has change nothing; a new epoch means drop and replay).
+- A chunk of a multi-turn episode starts after the observation its environment appended
+  (`fresh` tokens no chunk generated): its appends start before them, so the store's copy
+  of the request is its whole trajectory and siblings on other generators draft its later
+  turns (the tokens before come from earlier chunks, whose generators sent them at their end).
 - Appends are not trusted to arrive: one dropped at a full queue is re-queued (`rewind`),
   and each sync tells the store how much of each running request was sent; a store that
   holds less (an append lost on the way, a restarted store) gets the rest again from this
@@ -155,10 +159,14 @@ class DraftClient(DraftSource):
         chunk_seq: int,
         prompt_ids: Sequence[int],
         generated_ids: Sequence[int],
+        *,
+        fresh: int = 0,
     ) -> bool:
         """Start drafting for a chunk of `request_id`; True when its group is new here (no
         replica yet: worth a pull from the store at once, which may hold its siblings'
-        tokens or, with `keep_history`, the same prompt's responses of the last rollout)."""
+        tokens or, with `keep_history`, the same prompt's responses of the last rollout).
+        `fresh`: the last this many of `generated_ids` are an episode's observation, which
+        the store has not been sent: the chunk's appends start before them."""
         gid = request_id if self.mode == "self" or not group_id else group_id
         is_new = gid not in self.replicas
         replica = self._replica(gid, prompt_ids[-PROMPT_TAIL_TOKENS:])
@@ -168,7 +176,8 @@ class DraftClient(DraftSource):
         matcher = replica.tree.matcher(self.max_match, self.slack)
         matcher.feed([*prompt_ids[-self.max_match :], *generated_ids][-self.max_match :])
         n = len(generated_ids)
-        self.running[request_id] = _Running(gid, chunk_seq, matcher, n, n)
+        sent = n - min(max(fresh, 0), n)
+        self.running[request_id] = _Running(gid, chunk_seq, matcher, n, sent)
         self._group_of[request_id] = gid
         self._members.setdefault(gid, set()).add(request_id)
         return is_new and self.mode == "group"

@@ -23,10 +23,13 @@ class DraftSource(Protocol):
         chunk_seq: int,
         prompt_ids: Sequence[int],
         generated_ids: Sequence[int],
+        *,
+        fresh: int = 0,
     ) -> bool:
         """A chunk of `request_id` (chunk number `chunk_seq` of group `group_id`) begins here
-        from `prompt_ids` and the `generated_ids` it has so far; True when its group is new
-        to this source (worth pulling the store's tokens for it at once)."""
+        from `prompt_ids` and the `generated_ids` it has so far, of which the last `fresh`
+        are a multi-turn episode's observation tokens no chunk generated; True when its group
+        is new to this source (worth pulling the store's tokens for it at once)."""
         ...
 
     def extend(self, request_id: str, tokens: Sequence[int]) -> None:

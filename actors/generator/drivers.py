@@ -332,6 +332,7 @@ class LocalDriver:
                     msg.prompt_ids,
                     msg.generated_ids,
                     msg.is_probe,
+                    fresh=msg.num_fresh_tokens,
                 )
                 if is_new_group and self.sync is not None:
                     self.sync.wake()  # pull its tree now, not at the next (slow) sync

@@ -79,13 +79,17 @@ class Speculator:
         prompt_ids: Sequence[int],
         generated_ids: Sequence[int],
         is_probe: bool,
+        *,
+        fresh: int = 0,
     ) -> bool:
         """Track a chunk (`DraftSource.start`, plus whether it is a probe); True when its
         group is new to this generator's draft replicas."""
         self.chunks[request_id] = _ChunkStats(is_probe)
         if self.client is None:
             return False
-        return self.client.start(request_id, group_id, chunk_seq, prompt_ids, generated_ids)
+        return self.client.start(
+            request_id, group_id, chunk_seq, prompt_ids, generated_ids, fresh=fresh
+        )
 
     def end(self, request_id: str) -> SpecStats:
         if self.client is not None:

@@ -383,10 +383,9 @@ class SchedulerActor(TurnTaking):
         now = time.time() - run.book.start
         for d in run.core.next_dispatches(now):
             spec = run.book.specs[d.request_id]
-            generated = tuple(run.book.tokens[d.request_id])
             run.dispatched[(d.request_id, d.chunk_seq)] = now
             self.faults.dispatched(d.request_id, d.chunk_seq, d.instance, d.max_chunk_tokens, now)
-            msg = chunk_assigned(run.rollout_id, d, spec, generated, self.weight_version)
+            msg = chunk_assigned(run.rollout_id, d, spec, run.book, self.weight_version)
             if d.instance in lost:
                 continue  # re-queued below with the rest of its chunks
             try:

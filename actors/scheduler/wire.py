@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
 from actors.scheduler.state import Dispatch, InstanceLoad, RequestState
 from transport.messages import ChunkAssigned, LoadInfo, RequestSpec
+
+
+class _Tokens(Protocol):
+    """What `chunk_assigned` reads of the run book (`runbook.RunBook`)."""
+
+    @property
+    def tokens(self) -> Mapping[str, Sequence[int]]: ...
+    @property
+    def fresh(self) -> Mapping[str, int]: ...
 
 
 def instance_load(load: LoadInfo) -> InstanceLoad:
@@ -32,23 +44,22 @@ def request_state(spec: RequestSpec, arrival: int) -> RequestState:
 
 
 def chunk_assigned(
-    rollout_id: str,
-    d: Dispatch,
-    spec: RequestSpec,
-    generated: tuple[int, ...],
-    weight_version: int,
+    rollout_id: str, d: Dispatch, spec: RequestSpec, book: _Tokens, weight_version: int
 ) -> ChunkAssigned:
-    """The message that runs dispatch `d` (a forced length, benchmarks only, caps the total)."""
+    """The message that runs dispatch `d` (a forced length, benchmarks only, caps the total):
+    the request's tokens so far from the run's `book`, with how many of them are an
+    episode's observation appended since its last chunk (`num_fresh_tokens`)."""
     return ChunkAssigned(
         rollout_id=rollout_id,
         request_id=d.request_id,
         chunk_seq=d.chunk_seq,
         prompt_ids=spec.prompt_ids,
-        generated_ids=generated,
+        generated_ids=tuple(book.tokens[d.request_id]),
         max_chunk_tokens=d.max_chunk_tokens,
         max_new_tokens=spec.forced_len or spec.sampling.max_new_tokens,
         sampling=spec.sampling,
         weight_version=weight_version,
         group_id=spec.group_id,
         is_probe=spec.is_probe,
+        num_fresh_tokens=book.fresh.get(d.request_id, 0),
     )

@@ -96,6 +96,8 @@ class ReplayClient(DraftSource):
         chunk_seq: int,
         prompt_ids: Sequence[int],
         generated_ids: Sequence[int],
+        *,
+        fresh: int = 0,
     ) -> bool:
         tree = self.trees.sync(group_id)
         max_match = self.trees.config.max_match

@@ -307,3 +307,45 @@ def test_replica_lru_keeps_groups_with_running_requests() -> None:
         client.start(f"x{i}", gid, 0, list(TAIL), [])
         client.end(f"x{i}")
     assert "g0" in client.replicas and len(client.replicas) == 2
+
+
+def test_an_episodes_observations_reach_the_store_so_siblings_draft_its_later_turns() -> None:
+    """A multi-turn episode's chunk starts after the observation its environment appended
+    (`fresh` tokens): the store gets the observation with the new action (no gap), also when
+    the turn moved to another generator or follows the reset's observation, so a sibling on
+    another generator drafts the later turn; a plain continuation sends as before."""
+    store = DraftStore(max_depth=16)
+    opened(store, "g")
+    here, there = DraftClient("group", max_depth=16), DraftClient("group", max_depth=16)
+    here.start("a", "g", 1, list(TAIL), [40], fresh=1)  # the reset's observation
+    here.extend("a", [1, 2, 3])  # turn 1's action
+    here.end("a")
+    assert [(x.start, x.token_ids) for x in here.take_appends()] == [(0, (40, 1, 2, 3))]
+    here.start("a", "g", 2, list(TAIL), [40, 1, 2, 3])  # a chunk that made nothing new
+    here.end("a")
+    assert here.take_appends() == ()
+    store.append(put("g", "a", 0, [40, 1, 2, 3], chunk=1))
+    here.start("a", "g", 3, list(TAIL), [40, 1, 2, 3, 50, 51], fresh=2)  # + the observation
+    here.extend("a", [4, 5, 6])  # turn 2's action
+    here.end("a")
+    appends = here.take_appends()
+    assert [(x.start, x.token_ids) for x in appends] == [(4, (50, 51, 4, 5, 6))]
+    assert [store.append(x) for x in appends] == ["applied"]
+    # turn 3 on another generator, which never ran the request
+    there.start("a", "g", 4, list(TAIL), [40, 1, 2, 3, 50, 51, 4, 5, 6, 52], fresh=1)
+    there.extend("a", [7])
+    there.end("a")
+    assert [store.append(x) for x in there.take_appends()] == ["applied"]
+    assert store.groups["g"].seqs["a"].tokens == [40, 1, 2, 3, 50, 51, 4, 5, 6, 52, 7]
+    assert store.counters["gaps"] == 0
+    # a sibling elsewhere (whose generator has synced the group), at the same point of its
+    # own episode, drafts turn 2's action
+    there.start("c", "g", 1, list(TAIL), [])
+    there.apply(store.sync(there.sync_message()))  # type: ignore[arg-type]
+    there.start("b", "g", 3, list(TAIL), [40, 1, 2, 3, 50, 51], fresh=2)
+    draft = there.speculate("b", max_tokens=3)
+    assert draft is not None and draft.token_ids[:3] == (4, 5, 6)
+    # a chunk continuing where the last one ended sends only its own tokens
+    here.start("a", "g", 5, list(TAIL), [40, 1, 2, 3, 50, 51, 4, 5, 6, 52, 7])
+    here.extend("a", [8])
+    assert [(x.start, x.token_ids) for x in here.take_appends()] == [(11, (8,))]

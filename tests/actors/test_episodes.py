@@ -177,3 +177,29 @@ def test_a_factory_path_is_checked_by_name() -> None:
     with pytest.raises(EnvironmentLoadError, match="no_such_module_xyz"):
         load_factory("no_such_module_xyz:make")
     assert callable(load_factory("tests.pipeline.multiturn_envs:make_counter_env"))
+
+
+@pytest.mark.anyio
+async def test_an_agent_environment_hands_turns_to_its_agent_and_back() -> None:
+    from actors.environment import AgentError, AgentTurns, agent_environment
+
+    seen: list[tuple[int, ...]] = []
+
+    async def agent(turns: AgentTurns, prompt_ids: tuple[int, ...], info: object) -> float:
+        seen.append(await turns.generate("ab"))  # text, with the environment's encode
+        seen.append(await turns.generate([9]))
+        return "high" if seen[-1] == (0,) else 0.5  # type: ignore[return-value]
+
+    env = agent_environment(agent, encode=lambda text: [ord(c) for c in text])
+    obs = await env.reset((1, 2), {})
+    assert observation_ids(obs, env, "e") == (97, 98)
+    assert await env.step((5, 6)) == StepResult(observation=[9])
+    assert await env.step((7,)) == StepResult(reward=0.5, done=True)
+    assert seen == [(5, 6), (7,)] and env.turns.num_turns == 2
+    env = agent_environment(agent)
+    await env.reset((1,), {})
+    await env.step((5,))
+    with pytest.raises(AgentError, match="returned a str, not a reward"):
+        await env.step((0,))
+    with pytest.raises(AgentError, match=r"step\(\) before reset"):
+        await agent_environment(agent).step((1,))

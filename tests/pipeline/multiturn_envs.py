@@ -5,6 +5,10 @@ of value 60 + t (as text when `text` is set: "a" is token 60, ...), done at step
 Faults on demand at step `fail_at`: `fail` "raise" raises, "sleep" sleeps `sleep_s` (past
 the actor's step timeout), "bad" returns a dict, "huge" answers 500 tokens. `step_s`:
 seconds every step takes (so a rollout lasts long enough to kill an actor in it).
+
+`make_agent_env`: the agent-function form: the agent asks for `turns` generations (the
+`agent` info: "early" returns before the first, "raise" raises after the first), appending
+[70 + t] * t before turn t + 1, and returns the number of action tokens it saw.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Any
 
 import anyio
 
-from actors.environment import StepResult
+from actors.environment import AgentEnvironment, AgentTurns, StepResult, agent_environment
 
 CLOSED: list[str] = []  # (in the environment actor's process: for in-process tests)
 
@@ -57,3 +61,20 @@ class CounterEnv:
 
 def make_counter_env() -> CounterEnv:
     return CounterEnv()
+
+
+async def counting_agent(
+    turns: AgentTurns, prompt_ids: tuple[int, ...], info: Mapping[str, Any]
+) -> float:
+    if info.get("agent") == "early":
+        return 1.0
+    seen = list(await turns.generate())
+    if info.get("agent") == "raise":
+        raise RuntimeError("the agent crashed")
+    for t in range(1, int(info.get("turns", 3))):
+        seen += await turns.generate([70 + t] * t)
+    return float(len(seen))
+
+
+def make_agent_env() -> AgentEnvironment:
+    return agent_environment(counting_agent)

@@ -110,6 +110,54 @@ async def test_episodes_are_one_trajectory_with_observations_masked(tmp_path: Pa
             context += tokens[end - 3 : end]
 
 
+async def test_the_draft_store_holds_whole_trajectories(tmp_path: Path) -> None:
+    """Grouped speculation across turns: every episode's actions and observations reach the
+    draft store (no gap at a turn boundary), so siblings elsewhere draft later turns."""
+    generator = {**TINY, "spec": {"mode": "group"}}
+    config = rollout_config(
+        num_generators=1, chunk_size=4, generator=generator, run_dir=str(tmp_path),
+        environments=1, scheduler={"environment_timeout_s": 5.0},
+    )  # fmt: skip
+    prompts = [PromptSpec(prompt_id="a", token_ids=(3, 4, 5), env_info={"first": 40})]
+    episode = EpisodeSpec(environment=ENV, max_turns=3, max_turn_tokens=3)
+    async with Rollout(config, mode="inprocess") as rollout:
+        groups = await rollout.generate(prompts, 3, GREEDY, episode=episode)
+        assert rollout.cluster is not None
+        stats = await rollout.cluster.call("drafts", 0, GetStats(), timeout=10)
+    assert isinstance(stats, ActorStats)
+    counters = dict(stats.counters)
+    assert counters["gaps"] == 0  # (8 before: every append after the reset's observation)
+    # every token of every trajectory (reset's observation, actions, observations) is there
+    assert counters["appended_tokens"] == sum(len(s.token_ids) for s in groups[0].samples)
+
+
+async def test_an_agent_function_drives_its_episode(tmp_path: Path) -> None:
+    """The agent-function form: the agent calls generate itself; its observations and the
+    model's actions make one trajectory, its return value is the reward; an agent that
+    returns before any turn or raises fails its own episode; budgets still apply."""
+    prompts = [
+        PromptSpec(prompt_id="ok", token_ids=(3, 4, 5), env_info={"turns": 3}),
+        PromptSpec(prompt_id="early", token_ids=(3, 4), env_info={"agent": "early"}),
+        PromptSpec(prompt_id="raise", token_ids=(3, 4), env_info={"agent": "raise"}),
+        PromptSpec(prompt_id="long", token_ids=(3, 4), env_info={"turns": 9}),
+    ]
+    agent = "tests.pipeline.multiturn_envs:make_agent_env"
+    episode = EpisodeSpec(environment=agent, max_turns=4, max_turn_tokens=3)
+    async with Rollout(_config(tmp_path), mode="inprocess") as rollout:
+        groups = await rollout.generate(prompts, 2, GREEDY, episode=episode)
+    by_prompt = {g.prompt_id: g.samples for g in groups}
+    for s in by_prompt["ok"]:
+        ep = s.episode
+        assert ep is not None and (ep.end_reason, ep.reward) == ("done", 9.0)  # 3 x 3 actions
+        assert ep.step_rewards == (0.0, 0.0, 9.0)
+        assert list(ep.loss_mask) == [1, 1, 1, 0, 1, 1, 1, 0, 0, 1, 1, 1]
+        assert [t for t, m in zip(s.token_ids, ep.loss_mask, strict=True) if not m] == [71, 72, 72]
+    for name, reason in [("early", "env_error"), ("raise", "env_error"), ("long", "max_turns")]:
+        for s in by_prompt[name]:
+            assert s.episode is not None and s.episode.end_reason == reason
+            assert s.episode.reward == 0.0
+
+
 async def test_environment_faults_end_their_episodes_with_a_reason(tmp_path: Path) -> None:
     faults = {"raise": "env_error", "sleep": "env_timeout", "bad": "bad_observation"}
     prompts = [

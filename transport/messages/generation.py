@@ -46,6 +46,9 @@ class ChunkAssigned(Message):
     weight_version: int
     group_id: str = ""
     is_probe: bool = False
+    # the last this many of `generated_ids` are observation tokens of a multi-turn episode,
+    # appended since its last chunk (no chunk generated them: the draft store lacks them)
+    num_fresh_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
