@@ -1,12 +1,13 @@
 """Tasks and rewards: the ``Task`` interface, the embedded countdown task, and the cached
 supervised warm start that gives RL a policy which succeeds sometimes.
 
-``get_task("guess")`` is the multi-turn toy task (a hidden number, higher/lower answers from
-its environment). ``get_task("countdown")`` returns the default; a user plugs in their own by naming a factory
-(``get_task("my_pkg.tasks:make_task")``) or calling ``register_task``. A task over text and a
-reward function is built by ``text_task`` / ``jsonl_task`` (`text.py`, a tokenizer from a
-Hugging Face folder); ``reasoning_gym_task`` adapts a reasoning-gym dataset (`reasoning_gym.py`).
-Those two modules import transformers / reasoning-gym lazily.
+``get_task("countdown")`` returns the default; ``get_task("guess")`` is the multi-turn toy
+task (a hidden number, higher/lower answers from its environment). A user plugs in their
+own task by naming a factory (``get_task("my_pkg.tasks:make_task")``) or calling
+``register_task``. A task over text and a reward function is built by ``text_task`` /
+``jsonl_task`` (`text.py`, a tokenizer from a Hugging Face folder); ``reasoning_gym_task``
+adapts a reasoning-gym dataset (`reasoning_gym.py`). Those two modules import
+transformers / reasoning-gym lazily.
 """
 
 from pipeline.tasks.base import (
@@ -49,9 +50,9 @@ __all__ = [
     "TextTask",
     "check_episode_budget",
     "check_prompt_lengths",
-    "episode_spec",
     "count_walks",
     "describe_lengths",
+    "episode_spec",
     "evaluate",
     "get_task",
     "jsonl_task",

@@ -62,10 +62,9 @@ class GuessConfig:
     def __post_init__(self) -> None:
         if not 2 <= self.min_size <= self.max_size:
             raise ValueError(
-                f"GuessConfig: need 2 <= min_size <= max_size, got {self.min_size}, "
-                f"{self.max_size}"
+                f"GuessConfig: need 2 <= min_size <= max_size, got {self.min_size}, {self.max_size}"
             )
-        if not 0 <= self.max_low or self.max_low + self.max_size > NUM_NUMBERS:
+        if self.max_low < 0 or self.max_low + self.max_size > NUM_NUMBERS:
             raise ValueError(
                 f"GuessConfig: need 0 <= max_low and max_low + max_size <= {NUM_NUMBERS}, got "
                 f"{self.max_low} + {self.max_size}"
@@ -86,7 +85,9 @@ class GuessGame:
 
     def __init__(self, lo: int, hi: int, answer: int, *, max_turns: int, turn_cost: float):
         if not 0 <= lo <= answer <= hi < NUM_NUMBERS:
-            raise ValueError(f"GuessGame: need 0 <= lo <= answer <= hi < 256, got {lo} {answer} {hi}")
+            raise ValueError(
+                f"GuessGame: need 0 <= lo <= answer <= hi < 256, got {lo} {answer} {hi}"
+            )
         self.lo, self.hi, self.answer = lo, hi, answer
         self.max_turns, self.turn_cost = max_turns, turn_cost
         self.turns = 0
@@ -222,7 +223,9 @@ class Guess:
         return episode.end_reason == "done"
 
     # ---- supervision and display -----------------------------------------------------------
-    def sft_episode(self, prompt: TaskPrompt, rng: np.random.Generator) -> tuple[list[int], list[int]]:
+    def sft_episode(
+        self, prompt: TaskPrompt, rng: np.random.Generator
+    ) -> tuple[list[int], list[int]]:
         """A whole trajectory of the warm start's policy and its loss mask (1: an action
         token, 0: an observation token): each guess is the midpoint of the range left with
         probability ``sft_bisect_prob``, else uniform in it."""
@@ -248,9 +251,10 @@ class Guess:
 
     def render(self, prompt: TaskPrompt, completion: Sequence[int]) -> str:
         shown = " ".join(WORDS.get(int(t), str(int(t))) for t in completion)
-        reward, turns, outcome = self.replay(prompt, completion)
+        _, turns, outcome = self.replay(prompt, completion)
         meta = prompt.meta
-        return f"[{meta['lo']}, {meta['hi']}] hiding {meta['answer']}: {shown} [{outcome}, {turns} turns]"
+        where = f"[{meta['lo']}, {meta['hi']}] hiding {meta['answer']}"
+        return f"{where}: {shown} [{outcome}, {turns} turns]"
 
 
 register_task("guess", Guess)

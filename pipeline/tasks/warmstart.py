@@ -216,15 +216,16 @@ def _length_bucketed(
     episode = getattr(task, "sft_episode", None)  # a multi-turn task: (tokens, loss mask)
     while True:
         prompts = draw(batch_size * pool, rng)
+        rows: list[tuple[tuple[int, ...], list[int], list[int]]]  # prompt, tokens, mask
         if episode is None:
-            rows = [(p.token_ids, task.sft_example(p, rng), None) for p in prompts]
+            rows = [(p.token_ids, task.sft_example(p, rng), []) for p in prompts]
         else:
             rows = [(p.token_ids, *episode(p, rng)) for p in prompts]
         rows.sort(key=lambda e: len(e[0]) + len(e[1]))
         for i in rng.permutation(pool):
             chunk = rows[i * batch_size : (i + 1) * batch_size]
-            masks = None if episode is None else [list(r[2]) for r in chunk]
-            yield sft_batch(task, [(r[0], list(r[1])) for r in chunk], max_context, masks)
+            masks = None if episode is None else [r[2] for r in chunk]
+            yield sft_batch(task, [(r[0], r[1]) for r in chunk], max_context, masks)
 
 
 def evaluate(

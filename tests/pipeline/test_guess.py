@@ -97,7 +97,7 @@ def test_a_multi_turn_task_declares_its_episode_and_budget() -> None:
     with pytest.raises(TaskError, match="max_new_tokens 21 is less than the 22 tokens"):
         check_episode_budget(task, 21)
     task.episode = "pkg.mod:env"  # type: ignore[assignment]
-    with pytest.raises(TaskError, match="must be a transport.messages.EpisodeSpec"):
+    with pytest.raises(TaskError, match=r"must be a transport\.messages\.EpisodeSpec"):
         episode_spec(task)
     with pytest.raises(ValueError, match="min_size <= max_size"):
         GuessConfig(min_size=9, max_size=8)
