@@ -166,6 +166,12 @@ def run(args: argparse.Namespace) -> int:
                 if last.get("eval_success") != last["eval_reward"]
                 else ""
             )
+            + (
+                f", mean turns {last['eval_mean_turns_before']:.2f} -> "
+                f"{last['eval_mean_turns']:.2f}"
+                if "eval_mean_turns" in last
+                else ""
+            )
         )
     console.print(f"wrote {folder}/metrics.jsonl, {pngs}")
     if "tensorboard" in cfg.report_to:

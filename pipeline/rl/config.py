@@ -58,6 +58,9 @@ class RunConfig:
     chunk_size: int = 128
     #: generator processes (SGLang backend by URL: one per server)
     num_generators: int = 2
+    #: environment actors for a multi-turn task (one whose `episode` is an EpisodeSpec,
+    #: docs/multiturn.md); a single-turn task runs none
+    num_environments: int = 1
     #: the generators' options; the default runs 128 requests at once with 2,048 prefill
     #: tokens a step, so an iteration's short samples run in large batches
     generator: GeneratorOptions = field(
@@ -158,6 +161,8 @@ class RunConfig:
                 raise ValueError(f"RunConfig.{name} must be >= 1")
         if self.trainer_ranks < 1:
             raise ValueError("RunConfig.trainer_ranks must be >= 1")
+        if self.num_environments < 1:
+            raise ValueError("RunConfig.num_environments must be >= 1")
         if self.trainer_ranks > 1 and self.mode == "inprocess":
             raise ValueError(
                 "RunConfig.trainer_ranks > 1 needs a process per rank: mode 'local', 'ray' or "
@@ -303,12 +308,12 @@ def actors_config(
 
 
 def rl_topology(cfg: RunConfig, model_path: str, task: Task | None = None) -> PipelineConfig:
-    """Splitter, estimator, scheduler, generators and the trainer, on the same model."""
-    from pipeline.tasks import get_task
+    """Splitter, estimator, scheduler, generators and the trainer, on the same model, and
+    environment actors for a multi-turn task."""
+    from pipeline.tasks import episode_spec, get_task
 
-    gen = generator_options(
-        cfg, task or get_task(cfg.task, model_dir=task_model_dir(cfg)), model_path
-    )
+    task = task or get_task(cfg.task, model_dir=task_model_dir(cfg))
+    gen = generator_options(cfg, task, model_path)
     gen_table = options_table(gen)
     base = rollout_config(
         num_generators=cfg.num_generators,
@@ -317,6 +322,7 @@ def rl_topology(cfg: RunConfig, model_path: str, task: Task | None = None) -> Pi
         scheduler={"scorer": cfg.scorer},  # direct dispatch scores where samples finish
         estimator={"use_prior": cfg.length_prior},
         drafts={"keep_history": cfg.draft_history},
+        environments=cfg.num_environments if episode_spec(task) is not None else 0,
     )
     ranks = cfg.trainer_ranks
     trainer = dataclasses.replace(

@@ -36,7 +36,15 @@ from pipeline.rl.tracking import (
 )
 from pipeline.rollout import Rollout
 from pipeline.rollout.api import Group, RolloutError, RolloutResult
-from pipeline.tasks import Task, TaskPrompt, check_prompt_lengths, get_task, stop_token_ids
+from pipeline.tasks import (
+    Task,
+    TaskPrompt,
+    check_episode_budget,
+    check_prompt_lengths,
+    episode_spec,
+    get_task,
+    stop_token_ids,
+)
 from pipeline.tasks.curriculum import Curriculum
 from pipeline.tasks.scoring import first_error_index, safe_reward
 from transport.messages import (
@@ -59,6 +67,7 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
     task = get_task(cfg.task, model_dir=model_dir)
     check_prompt_lengths(task, cfg.generator.model.max_context - 1)  # room for one token
     check_sinks(cfg.report_to)  # a tracker not installed fails now, not after the warm start
+    check_episode_budget(task, cfg.max_new_tokens)
     model_path = warm_model(cfg, task, progress)
     out = Path(cfg.out_dir)
     save_run_config(cfg, out)  # what `seer run --resume <out>` continues from
@@ -80,11 +89,12 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
             keep_rows_before(out, first)  # resumed in its own folder: those run again
         curriculum = make_curriculum(cfg, task, Path(cfg.resume) if cfg.resume else None)
         held_out = task.sample_prompts(cfg.eval_prompts, np.random.default_rng([cfg.seed, 10**9]))
-        eval_before = None  # (mean reward, success rate)
+        eval_before = None  # (mean reward, success rate, mean turns)
         if cfg.eval_prompts:
             eval_before = await evaluate_held_out(rollout, task, held_out, cfg)
-            before = dict(zip(("eval_reward", "eval_success"), eval_before, strict=True))
-            tracker.log_row(before, step=first)  # the held-out score after `first` iterations
+            tracker.log_row(
+                held_out_row(eval_before), step=first
+            )  # the held-out score after `first` iterations
         for it in range(first, cfg.iterations):
             rng = np.random.default_rng([cfg.seed, it])  # resumable: a function of (seed, it)
             prompts = draw_prompts(task, curriculum, cfg.prompts_per_iteration, rng)
@@ -98,14 +108,12 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 )  # fmt: skip
             start = time.perf_counter()
             result = await rollout.generate_with_record(
-                [
-                    PromptSpec(prompt_id=pid, token_ids=p.token_ids)
-                    for pid, p in zip(ids, prompts, strict=True)
-                ],
+                prompt_specs(task, ids, prompts),
                 cfg.group_size,
                 sampling(cfg, it, task),
                 policy=cfg.policy,
                 stream=stream,
+                episode=episode_spec(task),
             )
             rollout_s = time.perf_counter() - start
             if result.stream is None:
@@ -139,7 +147,7 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
             row = {
                 "iteration": it,
                 "reward_mean": float(np.mean(rewards)),
-                "success_rate": float(np.mean(np.asarray(rewards) >= 1.0)),
+                "success_rate": success_rate(task, rewards, result.groups),
                 "rollout_s": rollout_s,
                 "train_s": time.perf_counter() - start,
                 **rollout_figures(metrics),
@@ -149,6 +157,7 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                 "policy": cfg.policy or "context_aware",
                 # |predicted - true group max| / true, at each request's first dispatch
                 "estimate_error": metrics["estimate_error"],
+                **episode_metrics(result.groups),
                 **{f"train_{k}": v for k, v in report.stats.items()},
             }
             if cfg.trainer_ranks > 1:
@@ -159,10 +168,9 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
             if cfg.eval_prompts and (
                 it + 1 == cfg.iterations or (cfg.eval_every and (it + 1) % cfg.eval_every == 0)
             ):
-                reward, success = await evaluate_held_out(rollout, task, held_out, cfg)
-                row["eval_reward"], row["eval_success"] = reward, success
+                row.update(held_out_row(await evaluate_held_out(rollout, task, held_out, cfg)))
                 if eval_before is not None:
-                    row["eval_reward_before"], row["eval_success_before"] = eval_before
+                    row.update(held_out_row(eval_before, "_before"))
             if selector is not None:  # Earl: the layout of the next rollout
                 row["layout"] = current_layout(cfg).name
                 selector.observe([len(p.token_ids) + n for p, n in context_parts(prompts, result)])
@@ -239,18 +247,67 @@ def draw_prompts(
 
 async def evaluate_held_out(
     rollout: Rollout, task: Task, prompts: list[TaskPrompt], cfg: RunConfig
-) -> tuple[float, float]:
-    """Mean reward and success rate (reward 1) on fixed held-out prompts with fixed sampling
-    seeds: the learning curve without the noise of each iteration's fresh prompts (with
-    partial credit the two differ)."""
-    specs = [
-        PromptSpec(prompt_id=pid, token_ids=p.token_ids)
-        for pid, p in zip(unique_ids(prompts), prompts, strict=True)
-    ]
+) -> tuple[float, float, float | None]:
+    """Mean reward, success rate and (a multi-turn task) mean turns on fixed held-out
+    prompts with fixed sampling seeds: the learning curve without the noise of each
+    iteration's fresh prompts (with partial credit reward and success differ)."""
+    specs = prompt_specs(task, unique_ids(prompts), prompts)
     spec = dataclasses.replace(sampling(cfg, 0, task), seed=cfg.seed + 7)
-    groups = await rollout.generate(specs, cfg.eval_samples, spec, policy=cfg.policy)
-    rewards = np.asarray(score(task, prompts, groups)[1])
-    return float(rewards.mean()), float((rewards >= 1.0).mean())
+    groups = await rollout.generate(
+        specs, cfg.eval_samples, spec, policy=cfg.policy, episode=episode_spec(task)
+    )
+    rewards = score(task, prompts, groups)[1]
+    turns = episode_metrics(groups).get("mean_turns")
+    return float(np.mean(rewards)), success_rate(task, rewards, groups), turns
+
+
+def held_out_row(evaluation: tuple[float, float, float | None], suffix: str = "") -> dict[str, Any]:
+    """A held-out evaluation's metrics-row entries (`eval_reward`, `eval_success`, and for a
+    multi-turn task `eval_mean_turns`), each name ending in `suffix`."""
+    reward, success, turns = evaluation
+    row: dict[str, Any] = {f"eval_reward{suffix}": reward, f"eval_success{suffix}": success}
+    if turns is not None:
+        row[f"eval_mean_turns{suffix}"] = turns
+    return row
+
+
+def prompt_specs(task: Task, ids: list[str], prompts: list[TaskPrompt]) -> list[PromptSpec]:
+    """The rollout's prompts; a multi-turn task's carry their `meta` to the environment's
+    `reset` (`env_info`)."""
+    multi = episode_spec(task) is not None
+    return [
+        PromptSpec(prompt_id=pid, token_ids=p.token_ids, env_info=dict(p.meta) if multi else {})
+        for pid, p in zip(ids, prompts, strict=True)
+    ]
+
+
+def success_rate(task: Task, rewards: list[float], groups: list[Group]) -> float:
+    """The share of samples that succeeded: reward 1, or for an episode the task's
+    `success(episode)` when it has one."""
+    judge = getattr(task, "success", None)
+    episodes = [s.episode for g in groups for s in g.samples]
+    hits = [
+        bool(judge(e)) if e is not None and judge is not None else r >= 1.0
+        for r, e in zip(rewards, episodes, strict=True)
+    ]
+    return float(np.mean(hits))
+
+
+def episode_metrics(groups: list[Group]) -> dict[str, Any]:
+    """A multi-turn rollout's `mean_turns`, `max_turns_taken` and `episode_ends` (how many
+    episodes ended for each reason); empty for a single-turn one."""
+    episodes = [s.episode for g in groups for s in g.samples if s.episode is not None]
+    if not episodes:
+        return {}
+    turns = [e.num_turns for e in episodes]
+    ends: dict[str, int] = {}
+    for e in episodes:
+        ends[e.end_reason] = ends.get(e.end_reason, 0) + 1
+    return {
+        "mean_turns": float(np.mean(turns)),
+        "max_turns_taken": int(max(turns)),
+        "episode_ends": dict(sorted(ends.items())),
+    }
 
 
 def unique_ids(prompts: list[TaskPrompt]) -> list[str]:

@@ -28,6 +28,13 @@ token that ends a sample, the EOS among them; a HF folder may have several),
 that cannot fit the model's context, before any rollout), ``difficulty`` and
 ``first_error`` (the curriculum and step credit).
 
+A multi-turn task (docs/multiturn.md) also has ``episode``, the ``EpisodeSpec`` every prompt
+runs as (its environment gets the prompt's ``meta`` as ``env_info``; the run adds
+environment actors), and may have ``sft_episode(prompt, rng) -> (tokens, loss_mask)`` (the
+warm start's whole trajectories, observations masked out), ``success(episode)`` (which
+episodes count as successes; else reward 1) and ``min_new_tokens()`` (the episode budget
+its turns need; a run with less is refused).
+
 ``get_task(spec)`` finds a task by a registered name (``register_task`` adds one) or by an
 import path ``"package.module:factory"``, the way actor kinds are named.
 """
@@ -43,6 +50,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from pipeline.launch.child import allow_working_dir_imports
+from transport.messages import EpisodeSpec
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,6 +102,29 @@ def check_prompt_lengths(task: Task, max_prompt_tokens: int) -> None:
     check = getattr(task, "check_prompt_lengths", None)
     if check is not None:
         check(max_prompt_tokens)
+
+
+def episode_spec(task: Task) -> EpisodeSpec | None:
+    """The multi-turn episode `task` runs its prompts as (None: a single-turn task).
+    `TaskError` when its `episode` is not an `EpisodeSpec`."""
+    spec = getattr(task, "episode", None)
+    if spec is not None and not isinstance(spec, EpisodeSpec):
+        raise TaskError(
+            f"task {task.name!r}: `episode` must be a transport.messages.EpisodeSpec, "
+            f"not a {type(spec).__name__}"
+        )
+    return spec
+
+
+def check_episode_budget(task: Task, max_new_tokens: int) -> None:
+    """`TaskError` when a multi-turn task's turns need more tokens than `max_new_tokens`
+    (the episode's whole budget after the prompt: actions and observations)."""
+    need = getattr(task, "min_new_tokens", None)
+    if episode_spec(task) is not None and need is not None and max_new_tokens < need():
+        raise TaskError(
+            f"task {task.name!r}: max_new_tokens {max_new_tokens} is less than the "
+            f"{need()} tokens its episodes' turns need (actions and observations)"
+        )
 
 
 _REGISTRY: dict[str, Callable[[], Task]] = {}

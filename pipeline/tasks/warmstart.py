@@ -9,6 +9,11 @@ has none), the model config, seed, steps, batch size and learning rate. When tha
 it is returned at once: no training, no progress callbacks. The file is written to a
 temporary name and renamed, so a crash never leaves a half-written cache entry.
 
+A multi-turn task gives whole trajectories with their loss mask (``sft_episode(prompt, rng)
+-> (tokens, mask)``, mask 1 on the model's action tokens): its observation tokens are masked
+out of the loss like the prompt, so the model learns to act, never to predict its
+environment.
+
 Recipe: cross-entropy on completion tokens only (prompt and padding masked), batches of
 similar lengths (a pool of ``8 * batch_size`` examples sorted by length, then split) to cut
 padding, AdamW, linear warm-up then cosine decay to 10% over the ``steps``, gradient clipping
@@ -166,18 +171,32 @@ def _lr_scale(step: int, steps: int, warmup_steps: int = 30, floor: float = 0.1)
 
 
 def sft_batch(
-    task: Task, examples: list[tuple[tuple[int, ...], list[int]]], max_context: int
+    task: Task,
+    examples: list[tuple[tuple[int, ...], list[int]]],
+    max_context: int,
+    masks: list[list[int]] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(prompt, completion) pairs -> inputs (B, T) and targets (B, T); targets are the next
-    token on completion positions and ``IGNORE`` on prompt and padding (pad = EOS)."""
+    token on completion positions and ``IGNORE`` on prompt and padding (pad = EOS).
+    ``masks`` (one per example, a 0/1 per completion token): a multi-turn trajectory's loss
+    mask; a 0 token (an observation) is ``IGNORE`` too, so it gets no gradient."""
     seqs = [[*prompt, *completion][: max_context + 1] for prompt, completion in examples]
     width = max(len(s) for s in seqs) - 1
     inputs = torch.full((len(seqs), width), task.eos_token_id, dtype=torch.long)
     targets = torch.full((len(seqs), width), IGNORE, dtype=torch.long)
-    for row, ((prompt, _), seq) in enumerate(zip(examples, seqs, strict=True)):
+    for row, ((prompt, completion), seq) in enumerate(zip(examples, seqs, strict=True)):
         n = len(seq) - 1
         inputs[row, :n] = torch.tensor(seq[:-1])
-        targets[row, len(prompt) - 1 : n] = torch.tensor(seq[len(prompt) :])
+        target = torch.tensor(seq[len(prompt) :])
+        if masks is not None:
+            if len(masks[row]) != len(completion):
+                raise ValueError(
+                    f"sft_batch: example {row} has {len(completion)} completion tokens but "
+                    f"{len(masks[row])} loss-mask entries"
+                )
+            keep = torch.tensor(masks[row][: len(target)], dtype=torch.bool)
+            target = target.masked_fill(~keep, IGNORE)
+        targets[row, len(prompt) - 1 : n] = target
     return inputs, targets
 
 
@@ -194,13 +213,19 @@ def _length_bucketed(
     its batches come in random order. Prompts come from the task's ``sft_prompts`` when it
     has one (see ``Task``)."""
     draw = getattr(task, "sft_prompts", task.sample_prompts)
+    episode = getattr(task, "sft_episode", None)  # a multi-turn task: (tokens, loss mask)
     while True:
         prompts = draw(batch_size * pool, rng)
-        examples = [(p.token_ids, task.sft_example(p, rng)) for p in prompts]
-        examples.sort(key=lambda e: len(e[0]) + len(e[1]))
+        rows: list[tuple[tuple[int, ...], list[int], list[int]]]  # prompt, tokens, mask
+        if episode is None:
+            rows = [(p.token_ids, task.sft_example(p, rng), []) for p in prompts]
+        else:
+            rows = [(p.token_ids, *episode(p, rng)) for p in prompts]
+        rows.sort(key=lambda e: len(e[0]) + len(e[1]))
         for i in rng.permutation(pool):
-            chunk = examples[i * batch_size : (i + 1) * batch_size]
-            yield sft_batch(task, chunk, max_context)
+            chunk = rows[i * batch_size : (i + 1) * batch_size]
+            masks = None if episode is None else [r[2] for r in chunk]
+            yield sft_batch(task, [(r[0], r[1]) for r in chunk], max_context, masks)
 
 
 def evaluate(
