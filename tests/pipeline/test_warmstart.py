@@ -163,10 +163,10 @@ def test_live_report_shows_warm_start_steps() -> None:
 
 
 def test_live_report_rows_fit_the_run_console() -> None:
-    """`seer run` prints on a 120-wide console: header and rows are one line each (a row
-    that wrapped put its last column on a line of its own)."""
+    """`seer run` prints on a 130-wide console (pipeline/cli/run.py): header and rows are
+    one line each (a row that wrapped put its last column on a line of its own)."""
     out = io.StringIO()
-    report = LiveReport(Console(file=out, width=120))
+    report = LiveReport(Console(file=out, width=130))
     row = {"iteration": 12, "reward_mean": 0.5, "success_rate": 0.5, "rollout_s": 12.5}
     row |= {"train_s": 3.25, "throughput_tok_s": 12345.0, "tail_s": 1.5, "mean_accept_len": 2.5}
     row |= {"output_tokens": 123456, "weight_version": 13, "train_logprob_gap_max": 1.2e-5}
