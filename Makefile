@@ -56,9 +56,8 @@ lint: setup
 	$(BIN)/ruff check transport actors pipeline tests examples
 	$(BIN)/mypy
 
-# two workers on two cores: most tests wait on processes and sockets as much as they compute
 test: lint
-	$(BIN)/pytest -q -n 2 --dist loadgroup --timeout=300 --durations=15
+	$(BIN)/pytest -q --timeout=300 --durations=15
 
 run: $(STAMP)
 	$(BIN)/seer run

@@ -10,6 +10,7 @@ where `ip netns` is unavailable."""
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,7 +51,8 @@ async def test_rl_run_across_four_hosts_survives_a_killed_generator(
     path = run_toml(hosts4, tmp_path, "tests.pipeline.toytask:SaySeven", MODEL, PROMPTS, GROUP)
     run = await rl_across_hosts(hosts4, tmp_path, path, timeout_s=540.0)
     cfg, actors = run.cfg, run.actors
-    assert config_to_toml(actors) == config_to_toml(rl_topology(cfg, ""))  # the driver's
+    driver = dataclasses.replace(rl_topology(cfg, ""), log_dir=actors.log_dir)  # run folder's
+    assert config_to_toml(actors) == config_to_toml(driver)  # the driver's topology
     assert actors.transport.scheme == "tcp" and actors.run_id == cfg.run_id
     trainer = dict(actors.topology.group("trainer").options)
     assert trainer["dist_addr"] == hosts4.addr("c")  # rank 0's host is the rendezvous

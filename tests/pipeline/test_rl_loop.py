@@ -65,7 +65,7 @@ async def test_one_full_iteration_over_real_processes(tmp_path: Path) -> None:
         assert key in row
     assert (tmp_path / "run" / "last-rollout" / "timeline.png").exists()
     # the run folder holds the resolved config and the actors' logs
-    assert load_run_config(tmp_path / "run" / "config.toml") == toy_config(tmp_path)
+    assert load_run_config(tmp_path / "run" / "config.toml") == cfg
     logs = {p.name for p in (tmp_path / "run" / "logs").iterdir()}
     assert {"generator-0.log", "generator-1.log", "scheduler-0.log", "trainer-0.log"} <= logs
     # context-aware (the default policy) orders by an estimate; its error is in the row
