@@ -19,6 +19,18 @@ LEVEL_ENV = "SEER_LOG_LEVEL"
 _configured = False
 
 
+class _Stderr:
+    """The process's standard error as it is when a line is written, not when logging was
+    configured: a caller that swaps `sys.stderr` (pytest's capture, a CLI test) and closes
+    its stream later must not leave every later log line writing to a closed file."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def env_level(default: str = "info") -> str:
     """`SEER_LOG_LEVEL` (checked: `ValueError` naming it) or `default`."""
     level = os.environ.get(LEVEL_ENV, "").strip().lower()
@@ -55,6 +67,6 @@ def configure_logging(
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
