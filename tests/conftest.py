@@ -67,3 +67,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = XDIST_GROUPS.get(item.path.name)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.fixture(autouse=True)
+def _keep_structlog_config() -> Any:
+    """Undo a test's in-process logging set-up (`seer` commands run through `main(...)`
+    call `configure_logging`, e.g. at level "error"): the next test's `capture_logs` would
+    see nothing through the filtering logger it left behind."""
+    import structlog
+
+    from pipeline import logs
+
+    saved, configured = structlog.get_config(), logs._configured
+    yield
+    structlog.configure(**saved)
+    logs._configured = configured
