@@ -12,10 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 from actors.extras import EXTRAS, MissingExtraError, install_hint, require
-from pipeline.launch.child import actor_command, child_env, package_root
+from pipeline.launch.child import actor_command, child_env, package_root, shadowing
 
 ROOT = Path(__file__).parents[1]
 PROBE = ROOT / "tests" / "packaging_probe.py"
@@ -123,6 +124,38 @@ def test_an_actor_runs_our_packages_from_a_folder_with_its_own_pipeline(tmp_path
     )  # fmt: skip
     assert ours.returncode == 0, ours.stderr[-2000:]
     assert "--role" in ours.stdout
+
+
+def test_a_folder_that_would_shadow_our_packages_is_named(tmp_path: Path) -> None:
+    assert shadowing(tmp_path) == []
+    assert shadowing(package_root()) == []  # our own checkout shadows nothing
+    (tmp_path / "pipeline").mkdir()
+    (tmp_path / "transport.py").write_text("")
+    assert shadowing(tmp_path) == [tmp_path / "pipeline", tmp_path / "transport.py"]
+
+
+def test_the_ray_launcher_refuses_a_working_directory_that_would_shadow_our_packages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray puts the driver's working directory first on every worker's sys.path (`-P`
+    cannot undo that), so the launcher names the folder before it starts anything."""
+    pytest.importorskip("ray")
+    import ray
+
+    from pipeline.launch.cluster import LaunchError
+    from pipeline.launch.ray import launch_ray
+    from pipeline.rollout.api import rollout_config
+
+    (tmp_path / "actors").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("Ray was started"))
+
+    async def go() -> None:
+        async with launch_ray(rollout_config(num_generators=1)):
+            pytest.fail("launched")
+
+    with pytest.raises(LaunchError, match=r"actors would shadow seer-rl"):
+        anyio.run(go)
 
 
 def test_a_checkout_that_is_not_installed_reaches_the_child_by_pythonpath() -> None:

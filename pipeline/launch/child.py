@@ -50,3 +50,24 @@ def allow_working_dir_imports() -> None:
     cwd = os.getcwd()
     if "" not in sys.path and cwd not in sys.path:
         sys.path.append(cwd)
+
+
+#: the package names a folder (or module) of a user's could shadow in an actor process
+PACKAGES = ("pipeline", "actors", "transport")
+
+
+def shadowing(folder: str | os.PathLike[str]) -> list[Path]:
+    """What in `folder` would be imported instead of this process's packages if `folder`
+    came first on an actor's `sys.path`: a `pipeline/`, `actors/` or `transport/` folder or
+    module that is not ours. Ray puts the driver's working directory first on every worker's
+    `sys.path` (and starts it there), which `-P` cannot undo, so its launcher refuses such a
+    directory instead."""
+    base = Path(folder).resolve()
+    if base == package_root():
+        return []
+    found = []
+    for name in PACKAGES:
+        for candidate in (base / name, base / f"{name}.py"):
+            if candidate.exists():
+                found.append(candidate)
+    return found

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 import tomllib
 from collections.abc import AsyncIterator
@@ -37,6 +38,7 @@ import anyio.to_thread
 import structlog
 
 from pipeline.config import CONTROL, DRIVER, PipelineConfig, config_from_dict, config_to_toml
+from pipeline.launch.child import shadowing
 from pipeline.launch.cluster import Cluster, LaunchError
 from pipeline.launch.endpoints import AddressBook, PreboundTransport, key, over_tcp
 from pipeline.launch.registry import build_actor, validate_topology, zmq_transport
@@ -216,6 +218,7 @@ async def launch_ray(
     `ray_address`, else a new local one); yield the driver's `Cluster`; stop them all."""
     ray = _require_ray()
     validate_topology(config)
+    _refuse_shadowing()
     config = over_tcp(config)
     if not ray.is_initialized():
         ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
@@ -259,6 +262,23 @@ async def launch_ray(
             if placement is not None:
                 placement.remove()
             transport.close()
+
+
+def _refuse_shadowing() -> None:
+    """Ray starts every worker in the driver's working directory with that directory (and
+    the driver script's, when on `sys.path`) first on its `sys.path`: a user's `pipeline/`
+    there would be imported in every actor instead of seer-rl. Refuse it, naming it."""
+    folders = [os.getcwd()]
+    script_dir = os.path.dirname(os.path.realpath(sys.argv[0])) if sys.argv and sys.argv[0] else ""
+    if script_dir and script_dir in sys.path:
+        folders.append(script_dir)
+    found = sorted({str(p) for folder in folders for p in shadowing(folder)})
+    if found:
+        raise LaunchError(
+            f"{', '.join(found)} would shadow seer-rl's own packages in every Ray actor (Ray "
+            "puts the driver's working directory first on each worker's sys.path); start the "
+            "run from another directory or rename them"
+        )
 
 
 async def _bind_all(
