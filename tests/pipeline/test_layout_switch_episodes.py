@@ -7,17 +7,16 @@ profile's bucket: a selector that counted only the sampled tokens, or one turn, 
 from __future__ import annotations
 
 import dataclasses
-import json
+import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from actors.generator import GeneratorOptions
-from actors.model import ModelOptions
-from pipeline.rl.config import RUN_TRAINER, RunConfig
+from pipeline.config import build_options
+from pipeline.rl.config import RunConfig
 from pipeline.rl.loop import context_lens, score, train
-from pipeline.rl.selector import Layout, LayoutProfile, ProfileRow
+from pipeline.rl.selector import LayoutProfile
 from pipeline.rollout.api import Group
 from pipeline.tasks import TaskPrompt
 from tests.pipeline import growing_episodes as growing
@@ -25,7 +24,9 @@ from transport.messages import EpisodeResult, SampleResult
 
 pytestmark = pytest.mark.anyio
 
-SMALL, LARGE = 24, 64  # the profile's context buckets: 2 x 1 wins at 24, 1 x 2 at 64
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "tests" / "pipeline" / "growing_episodes.toml"  # the documented command's
+SMALL = 24  # growing_profile.json's small bucket: 2 x 1 wins up to 24 tokens, 1 x 2 beyond
 
 
 def sample(rid: str, tokens: tuple[int, ...], mask: tuple[int, ...] | None) -> SampleResult:
@@ -56,32 +57,22 @@ def test_an_episodes_context_is_its_whole_trajectory_as_the_trainer_sees_it() ->
     assert lens == [len(s.prompt_ids) + len(s.completion_ids) for s in trained]
 
 
-def profile_file(tmp_path: Path) -> str:
-    rows = [ProfileRow(Layout(2, 1), c, 8, 200.0 if c == SMALL else 100.0) for c in (SMALL, LARGE)]
-    rows += [ProfileRow(Layout(1, 2), c, 8, 100.0 if c == SMALL else 200.0) for c in (SMALL, LARGE)]
-    path = tmp_path / "profile.json"
-    path.write_text(json.dumps(LayoutProfile(rows).to_json()))
-    return str(path)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 async def test_growing_episodes_switch_the_layout_in_one_run(tmp_path: Path) -> None:
     """Episodes of 1, 4 and 7 turns in iterations 0, 1 and 2 (the growing task): after
-    iteration 0 the average context (6-7 tokens) is in the small bucket and the layout stays
-    2 x 1; iteration 1's episodes (57-61 tokens, 48 of them observations) lift the running
-    average past 24 and the selector switches to 1 x 2, which iteration 2 runs on. Counting
-    only the sampled tokens, the average would stay under 9 and the layout would not move."""
-    model = ModelOptions(
-        hidden=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate=64, max_context=160
-    )
-    cfg = RunConfig(
-        task="tests.pipeline.growing_episodes:make_task", iterations=3, prompts_per_iteration=4,
-        group_size=4, max_new_tokens=growing.make_task().min_new_tokens(),
-        generator=GeneratorOptions(model=model, max_batch=16, kv_budget_tokens=4096),
-        warm_start_steps=0, trainer=dataclasses.replace(RUN_TRAINER, lr=3e-2), seed=3,
-        out_dir=str(tmp_path / "run"), checkpoint_every=0, num_generators=2, eval_prompts=0,
-        layout_profile=profile_file(tmp_path), mode="inprocess",
+    iteration 0 the average context (6-7 tokens) is in the profile's small bucket and the
+    layout stays 2 x 1; iteration 1's episodes (57-61 tokens, 48 of them observations) lift
+    the running average past 24 and the selector switches to 1 x 2, which iteration 2 runs
+    on. Counting only the sampled tokens, the average would stay under 9 and the layout
+    would not move."""
+    cfg = build_options(RunConfig, tomllib.loads(CONFIG.read_text()), str(CONFIG))
+    profile = LayoutProfile.load(ROOT / cfg.layout_profile)
+    assert [profile.best(c).name for c in profile.buckets] == ["2x1", "1x2"]
+    assert profile.buckets[0] == SMALL
+    cfg = dataclasses.replace(
+        cfg, layout_profile=str(ROOT / cfg.layout_profile), out_dir=str(tmp_path / "run"),
+        mode="inprocess",
     )  # fmt: skip
     rows = await train(cfg)
     assert [r["mean_turns"] for r in rows] == [1, 4, 7]  # the episodes grew
