@@ -13,7 +13,9 @@ The calculator (`calculate`) walks the expression's syntax tree and allows numbe
 the result. Observations are appended as token ids with the chat template's fixed delta
 (`pipeline.tasks.chat_turns.ChatDelta`); the model's own tokens are never re-tokenised.
 
-Pieces: `make_task(model_dir)` (the questions as a `TextTask`, chat template applied),
+Pieces: `make_task(model_dir)` (the questions as a `TextTask` whose prompts run as
+episodes, chat template applied: ``seer run --task examples.tool_use:make_task --model
+DIR`` trains on them),
 `episode_prompts(task, model_dir)` (its prompts for `Rollout.generate(..., episode=EPISODE)`,
 each with its answer and the model folder in ``env_info``), `make_env` (the environment
 factory, ``examples.tool_use:make_env``) and `run` (a rollout of episodes on a folder):
@@ -175,12 +177,33 @@ def reward(prompt_meta: Mapping[str, Any], completion: str) -> float:
     return respond(completion, float(prompt_meta["answer"]))[1] if "<answer>" in completion else 0
 
 
+class CalculatorTask(TextTask):
+    """The questions as a multi-turn text task: every prompt runs as an `episode` of the
+    calculator environment (its ``meta`` holds the answer and the model folder, the
+    environment's ``env_info``), so ``seer run --task examples.tool_use:make_task --model
+    DIR`` trains on the episodes with their loss masks."""
+
+    def __init__(self, base: TextTask, episode: EpisodeSpec) -> None:
+        super().__init__(
+            base.name, base.prompts, base.reward_fn, base.tokenizer,
+            vocab_size=base.vocab_size, stop_token_ids=base.stop_token_ids,
+        )  # fmt: skip
+        #: the multi-turn episode every prompt runs (the RL loop adds environment actors)
+        self.episode = episode
+
+
 def make_task(
-    model_dir: str | None = None, questions: Sequence[tuple[str, float]] = QUESTIONS
-) -> TextTask:
-    """The questions as a text task on the folder's tokenizer (system message: `SYSTEM`)."""
-    rows = [{"prompt": q, "answer": a} for q, a in questions]
-    return text_task(rows, reward, model_folder(model_dir), name="calculator", system=SYSTEM)
+    model_dir: str | None = None,
+    questions: Sequence[tuple[str, float]] = QUESTIONS,
+    episode: EpisodeSpec = EPISODE,
+) -> CalculatorTask:
+    """The questions as a text task on the folder's tokenizer (system message: `SYSTEM`)
+    whose prompts run as `episode`s; each row carries the folder (``model_dir``) for the
+    environment's tokenizer."""
+    folder = model_folder(model_dir)
+    rows = [{"prompt": q, "answer": a, "model_dir": folder} for q, a in questions]
+    base = text_task(rows, reward, folder, name="calculator", system=SYSTEM)
+    return CalculatorTask(base, episode)
 
 
 def episode_prompts(task: TextTask, model_dir: str) -> list[PromptSpec]:
@@ -209,7 +232,7 @@ async def run(
     """Episodes of every question on the folder's model (the built-in engine; `generator`:
     more generator options; `sampling`'s stop tokens default to the task's): the task and
     the groups."""
-    task = make_task(model_dir, questions)
+    task = make_task(model_dir, questions, episode)
     sampling = sampling or SamplingSpec(max_new_tokens=256)
     if not sampling.stop_token_ids:
         sampling = dataclasses.replace(sampling, stop_token_ids=task.stop_token_ids)

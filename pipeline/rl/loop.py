@@ -173,7 +173,9 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
                     row.update(held_out_row(eval_before, "_before"))
             if selector is not None:  # Earl: the layout of the next rollout
                 row["layout"] = current_layout(cfg).name
-                selector.observe([len(p.token_ids) + n for p, n in context_parts(prompts, result)])
+                contexts = context_lens(prompts, result)  # an episode's: its whole trajectory
+                selector.observe(contexts)
+                row["mean_context_len"] = float(np.mean(contexts))
                 row["average_context_len"] = selector.average_context_len
                 layout = selector.decide()
                 if layout is not None:
@@ -207,11 +209,15 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
 CURRICULUM_FILE = "curriculum.json"
 
 
-def context_parts(prompts: list[TaskPrompt], result: Any) -> list[tuple[TaskPrompt, int]]:
-    """(prompt, output length) of every sample of a rollout (a streamed rollout's lengths
-    come with its summary: its samples carry no tokens)."""
+def context_lens(prompts: list[TaskPrompt], result: Any) -> list[int]:
+    """Every sample's context length as the trainer sees it (`prompt_ids` + `completion_ids`
+    of its `TrainSampleSpec`): the prompt and the sample's `token_ids`, which for a
+    multi-turn episode are its whole trajectory (the reset's observation, every action and
+    the observations between them: `episode_sample`), so the selector follows the context
+    an episode grows to, not one turn's. A streamed rollout's lengths come with its summary
+    (its samples carry no tokens)."""
     lens = result.stream.output_lens if result.stream is not None else None
-    return [(p, len(s.token_ids) if lens is None else lens.get(s.request_id, 0))
+    return [len(p.token_ids) + (len(s.token_ids) if lens is None else lens.get(s.request_id, 0))
             for p, g in zip(prompts, result.groups, strict=True) for s in g.samples]  # fmt: skip
 
 

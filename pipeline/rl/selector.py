@@ -7,10 +7,12 @@ uses the same total cores; for SGLang generators that launch their servers the p
 (servers, ``--tp-size`` per server), applied by ``pipeline.rl.layout_switch``. A
 ``LayoutProfile`` holds measured rollout throughput per (layout, context bucket); the best
 layout of a bucket is the one with the highest throughput there. ``ParallelismSelector``
-keeps the running average context length (prompt + output) of the last ``window`` finished
-samples (``average_context_len``, from the rollout results the driver holds) and, between
-iterations, names the bucket's best layout when it differs from the current one. The caller
-restarts the generators with it (``pipeline.rl.loop``), which re-publishes the current weights.
+keeps the running average context length (prompt + output, as the trainer sees the sample:
+a multi-turn episode's whole trajectory, observations included) of the last ``window``
+finished samples (``average_context_len``, from the rollout results the driver holds:
+``pipeline.rl.loop.context_lens``) and, between iterations, names the bucket's best layout
+when it differs from the current one. The caller restarts the generators with it
+(``pipeline.rl.loop``), which re-publishes the current weights.
 Pure: no sockets, no clocks.
 """
 
@@ -151,7 +153,8 @@ class ParallelismSelector:
         self.num_switches = 0
 
     def observe(self, context_lens: Sequence[int]) -> None:
-        """Context lengths (prompt + output) of finished samples."""
+        """Context lengths of finished samples: prompt + output (for an episode, its
+        whole trajectory: actions and observations)."""
         self._contexts.extend(int(c) for c in context_lens)
 
     @property

@@ -12,12 +12,17 @@ from typing import Any
 
 import pytest
 
+from actors.generator import GeneratorOptions
+from actors.model import ModelOptions
 from examples import tool_use
 from examples.tool_use import FORMAT_ERROR, MALFORMED_REWARD, CalculatorError, calculate, respond
+from pipeline.rl.config import RUN_TRAINER, RunConfig
+from pipeline.rl.loop import train
 from pipeline.tasks.chat_turns import ChatDelta, ChatTemplateError
 from tests.hf_folders import make_hf_folder, make_tokenizer
 from transport.messages import EpisodeSpec, SamplingSpec
 
+ROOT = Path(__file__).resolve().parents[2]
 LLAMA_LIKE = (  # no newline after the end of a turn; the tool role is renamed
     "{% for m in messages %}<|im_start|>{{ 'ipython' if m['role'] == 'tool' else m['role'] }}"
     ":{{ m['content'] }}<|im_end|>{% endfor %}"
@@ -177,6 +182,35 @@ async def test_tool_use_episodes_on_a_random_small_model(tmp_path: Path) -> None
     assert (
         compared >= 4 and malformed > 0
     )  # a random model's turns are malformed calls: answered, not a crash
+
+
+@pytest.mark.anyio
+async def test_seer_run_trains_on_tool_use_episodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The example's task declares its `episode`: `seer run --task
+    examples.tool_use:make_task --model DIR` runs every prompt as a calculator episode
+    (environment actors added, the folder and answer in each prompt's `env_info`) and
+    trains on the trajectories; a random model's malformed calls are scored, not a crash."""
+    folder = make_hf_folder(tmp_path / "qwen2", "qwen2", max_position_embeddings=1024)
+    monkeypatch.chdir(ROOT)  # the task's import path resolves from the repository root
+    monkeypatch.setattr("pipeline.rollout.api.plot_timeline", lambda records, path: Path(path))
+    task = tool_use.make_task(str(folder))
+    assert task.episode == tool_use.EPISODE
+    assert all(p.prompt.meta["model_dir"] == str(folder) for p in task.prompts)
+    cfg = RunConfig(
+        model=str(folder), task="examples.tool_use:make_task", iterations=1,
+        prompts_per_iteration=2, group_size=2, max_new_tokens=300, temperature=1.0,
+        generator=GeneratorOptions(model=ModelOptions(max_context=512), max_batch=4),
+        trainer=RUN_TRAINER, out_dir=str(tmp_path / "run"), checkpoint_every=0,
+        num_generators=1, eval_prompts=0, mode="inprocess",
+    )  # fmt: skip
+    [row] = await train(cfg)
+    ends = row["episode_ends"]
+    assert sum(ends.values()) == 4 and set(ends) <= {"done", "max_turns", "length"}
+    assert row["mean_turns"] >= 2 and row["num_error_samples"] == 0  # turns, tool answers between
+    assert row["train_num_samples"] == 4 and row["weight_version"] == 1
+    assert row["reward_mean"] < 0  # malformed calls (-0.1 each): answered and scored
 
 
 def _question(answer: float) -> str:
