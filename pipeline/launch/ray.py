@@ -13,6 +13,11 @@ store, a user's own) a fraction of a CPU. One placement group per role: generato
 SPREAD over nodes (an instance's GPUs are one bundle, so they stay on one node), trainer
 ranks PACKed, the control actors PACKed together (the draft store beside the scheduler).
 
+Trainer ranks: with more than one "trainer" actor, the launcher supplies their
+torch.distributed rendezvous (nothing fixed can name it: Ray picks the nodes). Rank 0's host
+reserves a free port on its node when it binds; every rank then runs with `dist_addr` =
+rank 0's node and `dist_port` = that port, whatever the topology's trainer options said.
+
 Liveness: the driver `ray.wait`s on every host's `run` reference; a host whose run ends
 while the cluster is up is marked lost and, when it is a generator, the scheduler hears it
 at once (`PeerLost`) and re-queues its chunks, the path its own health check takes.
@@ -25,7 +30,9 @@ around it), nor ship the CURVE keys: every node reads them from `transport.curve
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+import socket
 import time
 import tomllib
 from collections.abc import AsyncIterator
@@ -36,7 +43,14 @@ import anyio
 import anyio.to_thread
 import structlog
 
-from pipeline.config import CONTROL, DRIVER, PipelineConfig, config_from_dict, config_to_toml
+from pipeline.config import (
+    CONTROL,
+    DRIVER,
+    PipelineConfig,
+    Topology,
+    config_from_dict,
+    config_to_toml,
+)
 from pipeline.launch.cluster import Cluster, LaunchError
 from pipeline.launch.endpoints import AddressBook, PreboundTransport, key, over_tcp
 from pipeline.launch.registry import build_actor, validate_topology, zmq_transport
@@ -47,6 +61,9 @@ log = structlog.get_logger()
 
 INSTANCE_ROLES = ("generator", "trainer")
 """Roles (or kinds) whose actors are instances that want an accelerator each."""
+
+RANKS = "trainer"
+"""The role whose actors are torch.distributed ranks (the trainer counts its peers by it)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,24 +118,60 @@ class ActorHost:
         ip: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
         self.inbox = self.transport.reply(f"tcp://{ip}:*", bind=True)
         curve = self.transport.options.curve
-        return {
+        report = {
             "address": self.inbox.endpoint,
             "public_key": curve.public.decode() if curve is not None else "",
             "node": ip,
             "pid": os.getpid(),
         }
+        if (self.role, self.index) == (RANKS, 0) and _num_ranks(self.config) > 1:
+            report["dist_port"] = free_port_on(ip)  # the ranks' rendezvous, on this node
+        return report
 
-    def run(self, entries: dict[str, str]) -> str:
-        """Serve until stopped (a `Stop` from the driver); returns the stop reason."""
+    def run(self, entries: dict[str, str], rendezvous: dict[str, Any] | None = None) -> str:
+        """Serve until stopped (a `Stop` from the driver); returns the stop reason.
+        `rendezvous`: a trainer rank's `dist_addr` and `dist_port`, chosen by the launcher."""
         if self.inbox is None:
             raise RuntimeError("ActorHost.run before bind")
         book = AddressBook(entries)
         transport = PreboundTransport(self.transport, self.inbox)
+        config = with_options(self.config, self.role, rendezvous) if rendezvous else self.config
         actor = build_actor(
-            self.config, self.role, self.index, transport, in_process=True, address_of=book
+            config, self.role, self.index, transport, in_process=True, address_of=book
         )
         anyio.run(actor.run)
         return actor._stop_reason
+
+
+def free_port_on(ip: str) -> int:
+    """A TCP port free now on this node's address `ip` (rank 0's torch.distributed store
+    binds it moments later, as the local launcher's `free_port` does)."""
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    with socket.socket(family) as s:
+        s.bind((ip, 0))
+        return int(s.getsockname()[1])
+
+
+def _num_ranks(config: PipelineConfig) -> int:
+    return next((g.count for g in config.topology.actors if g.role == RANKS), 0)
+
+
+def with_options(config: PipelineConfig, role: str, options: dict[str, Any]) -> PipelineConfig:
+    """`config` with `options` set in `role`'s options table."""
+    groups = tuple(
+        dataclasses.replace(g, options={**g.options, **options}) if g.role == role else g
+        for g in config.topology.actors
+    )
+    return dataclasses.replace(config, topology=Topology(actors=groups))
+
+
+def rendezvous(reports: dict[tuple[str, int], dict[str, Any]]) -> dict[str, Any]:
+    """The trainer ranks' torch.distributed rendezvous: rank 0's node and the port its
+    host reserved there ({} without ranks)."""
+    rank0 = reports.get((RANKS, 0), {})
+    if "dist_port" not in rank0:
+        return {}
+    return {"dist_addr": str(rank0["node"]), "dist_port": int(rank0["dist_port"])}
 
 
 # --- placement -------------------------------------------------------------------------------
@@ -244,7 +297,12 @@ async def launch_ray(
         cluster = Cluster(config, transport, address_of=book, inbox=inbox, control=control)
         for k, rep in reports.items():
             cluster.status[k].pid = rep["pid"]
-        runs = {hosts[k].run.remote(book.entries): k for k in hosts}
+        meet = rendezvous(reports)
+        if meet:
+            log.info("trainer_rendezvous", ranks=_num_ranks(config), **meet)
+        runs = {
+            hosts[k].run.remote(book.entries, meet if k[0] == RANKS else None): k for k in hosts
+        }
         await _await_ready(ray, cluster, runs)
         log.info("ray_cluster_ready", actors=len(hosts), nodes=sorted(_nodes(reports)))
         async with anyio.create_task_group() as tg:
