@@ -18,6 +18,11 @@ torch.distributed rendezvous (nothing fixed can name it: Ray picks the nodes). R
 reserves a free port on its node when it binds; every rank then runs with `dist_addr` =
 rank 0's node and `dist_port` = that port, whatever the topology's trainer options said.
 
+A one-machine cluster the launcher starts itself (no address, no `RAY_ADDRESS`, no `ray
+start` cluster on this machine) gets as many logical CPUs as the topology asks for, when
+that is more than the machine's cores (the actors mostly wait on their sockets): `seer run
+--set mode=ray` runs on a laptop. A cluster it joins is taken as it is.
+
 Liveness: the driver `ray.wait`s on every host's `run` reference; a host whose run ends
 while the cluster is up is marked lost and, when it is a generator, the scheduler hears it
 at once (`PeerLost`) and re-queues its chunks, the path its own health check takes.
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import socket
 import time
@@ -211,10 +217,21 @@ class Placement:
         refs = [pg.ready() for pg in self.groups.values()]
         done = await _wait(self.ray, refs, timeout)
         if len(done) < len(refs):
-            raise LaunchError(
-                f"Ray could not place the topology within {timeout:g} s (cluster has "
-                f"{self.ray.available_resources()}); lower RayResources or add nodes"
+            total = self.ray.cluster_resources()
+            asks = f"{self.demand('CPU'):g} CPUs" + (
+                f" and {self.demand('GPU'):g} GPUs" if self.gpus else ""
             )
+            has = f"{total.get('CPU', 0):g} CPUs and {total.get('GPU', 0):g} GPUs"
+            raise LaunchError(
+                f"Ray could not place the topology within {timeout:g} s: it asks for {asks}, "
+                f"the cluster has {has} in all; lower RayResources or add nodes"
+            )
+
+    def demand(self, resource: str) -> float:
+        """How much of `resource` ("CPU", "GPU") the placement groups ask for."""
+        return sum(
+            float(b.get(resource, 0)) for pg in self.groups.values() for b in pg.bundle_specs
+        )
 
     def options(self, role: str, index: int) -> dict[str, Any]:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -270,8 +287,12 @@ async def launch_ray(
     ray = _require_ray()
     validate_topology(config)
     config = over_tcp(config)
+    resources = resources or RayResources()
     if not ray.is_initialized():
-        ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
+        init: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+        if _starts_local_cluster(ray_address):  # enough logical CPUs to place the topology
+            init["num_cpus"] = max(os.cpu_count() or 1, math.ceil(cpu_demand(config, resources)))
+        ray.init(address=ray_address, **init)
     ip = ray.util.get_node_ip_address()
     transport = zmq_transport(config)
     inbox = transport.reply(f"tcp://{ip}:*", bind=True)
@@ -281,7 +302,7 @@ async def launch_ray(
     runs: dict[Any, tuple[str, int]] = {}
     cluster: Cluster | None = None
     try:
-        placement = Placement(ray, config, resources or RayResources())
+        placement = Placement(ray, config, resources)
         await placement.ready(config.ready_timeout_s)
         remote_host = ray.remote(ActorHost)
         text = config_to_toml(config)
@@ -317,6 +338,29 @@ async def launch_ray(
             if placement is not None:
                 placement.remove()
             transport.close()
+
+
+def cpu_demand(config: PipelineConfig, resources: RayResources) -> float:
+    """The CPUs the topology's placement groups ask for."""
+    return sum(
+        g.count
+        * (
+            resources.cpus_per_instance
+            if _is_instance(g.role, g.kind)
+            else resources.cpus_per_actor
+        )
+        for g in config.topology.actors
+    )
+
+
+def _starts_local_cluster(address: str | None) -> bool:
+    """Whether `ray.init(address)` starts a new one-machine cluster (no address, no
+    RAY_ADDRESS, no cluster of `ray start` running here) rather than join one."""
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+    except ImportError:  # another Ray layout: let Ray size the cluster
+        return False
+    return canonicalize_bootstrap_address(address) is None
 
 
 async def _bind_all(

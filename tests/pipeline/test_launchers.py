@@ -24,9 +24,10 @@ from pipeline.config import ConfigError, PipelineConfig, TransportConfig, save_c
 from pipeline.launch import launch
 from pipeline.launch.cluster import Cluster, LaunchError
 from pipeline.launch.endpoints import AddressBook, AddressBookError
+from pipeline.launch.ray import RayResources, cpu_demand, free_port_on, rendezvous, with_options
 from pipeline.launch.static import FileRegistry, actor_for_rank, launch_nonce, rank_from_env
 from pipeline.rl import loop
-from pipeline.rl.config import RunConfig
+from pipeline.rl.config import RunConfig, rl_topology
 from pipeline.rollout.api import Group, Rollout, rollout_config
 from tests.pipeline.tiny import TINY_GENERATOR
 from transport.messages import ActorStats, GetStats, PromptSpec, SamplingSpec
@@ -211,6 +212,25 @@ async def test_seer_run_on_ray_trains_two_ranks_and_loses_no_sample_to_a_killed_
     assert sum(row["samples_per_rank"]) == 4 * 4 and all(n > 0 for n in row["samples_per_rank"])
     rank0, rank1 = row["weights_sum_per_rank"]
     assert rank0 == rank1 and rank0 is not None  # identical weights on both ranks
+
+
+def test_ray_launcher_sizes_its_own_cluster_and_names_the_ranks_rendezvous(tmp_path: Path) -> None:
+    keys = TransportConfig(curve_keys=str(tmp_path / "keys"))
+    cfg = RunConfig(task="tests.pipeline.toytask:SaySeven", mode="ray", transport=keys,
+                    trainer_ranks=2, warm_start_steps=0)  # fmt: skip
+    config = rl_topology(cfg, "")
+    # splitter, estimator, scheduler, draft store; two generators, two ranks
+    assert cpu_demand(config, RayResources()) == pytest.approx(4 * 0.1 + 4 * 0.5)
+    reports = {("trainer", 0): {"node": "10.1.1.1", "dist_port": 41234}, ("trainer", 1): {}}
+    meet = rendezvous(reports)
+    assert meet == {"dist_addr": "10.1.1.1", "dist_port": 41234}
+    assert rendezvous({("trainer", 0): {"node": "10.1.1.1"}}) == {}  # one rank: none
+    ranks = with_options(config, "trainer", meet)
+    assert {k: ranks.topology.group("trainer").options[k] for k in meet} == meet
+    assert ranks.topology.group("scheduler") == config.topology.group("scheduler")
+    port = free_port_on("127.0.0.1")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))  # free indeed
 
 
 @pytest.mark.timeout(400)
