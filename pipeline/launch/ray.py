@@ -360,7 +360,10 @@ def _starts_local_cluster(address: str | None) -> bool:
         from ray._private.services import canonicalize_bootstrap_address
     except ImportError:  # another Ray layout: let Ray size the cluster
         return False
-    return canonicalize_bootstrap_address(address) is None
+    try:  # typed `str`, but None is what `ray.init()` itself passes (its docstring says so)
+        return canonicalize_bootstrap_address(address) is None  # type: ignore[arg-type]
+    except Exception:  # a bad address: `ray.init` says what is wrong with it
+        return False
 
 
 async def _bind_all(

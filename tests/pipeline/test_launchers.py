@@ -24,7 +24,14 @@ from pipeline.config import ConfigError, PipelineConfig, TransportConfig, save_c
 from pipeline.launch import launch
 from pipeline.launch.cluster import Cluster, LaunchError
 from pipeline.launch.endpoints import AddressBook, AddressBookError
-from pipeline.launch.ray import RayResources, cpu_demand, free_port_on, rendezvous, with_options
+from pipeline.launch.ray import (
+    RayResources,
+    _starts_local_cluster,
+    cpu_demand,
+    free_port_on,
+    rendezvous,
+    with_options,
+)
 from pipeline.launch.static import FileRegistry, actor_for_rank, launch_nonce, rank_from_env
 from pipeline.rl import loop
 from pipeline.rl.config import RunConfig, rl_topology
@@ -221,6 +228,7 @@ def test_ray_launcher_sizes_its_own_cluster_and_names_the_ranks_rendezvous(tmp_p
     config = rl_topology(cfg, "")
     # splitter, estimator, scheduler, draft store; two generators, two ranks
     assert cpu_demand(config, RayResources()) == pytest.approx(4 * 0.1 + 4 * 0.5)
+    assert _starts_local_cluster("local") and not _starts_local_cluster("10.0.0.1:6379")
     reports = {("trainer", 0): {"node": "10.1.1.1", "dist_port": 41234}, ("trainer", 1): {}}
     meet = rendezvous(reports)
     assert meet == {"dist_addr": "10.1.1.1", "dist_port": 41234}
