@@ -74,11 +74,14 @@ RANKS = "trainer"
 
 @dataclass(frozen=True, kw_only=True)
 class RayResources:
-    """What each actor asks Ray for. `gpus_per_instance`: None means 1 when the cluster
-    has GPUs, else 0 (CPU generators, as in CI)."""
+    """What each actor asks Ray for (`RunConfig.ray`, the `[ray]` table of a run)."""
 
+    #: GPUs per generator and per trainer rank: None = 1 when the cluster has GPUs, else 0
+    #: (CPU generators, as in CI); a fraction shares a GPU (e.g. 0.25: four on one)
     gpus_per_instance: float | None = None
+    #: CPUs per generator and per trainer rank
     cpus_per_instance: float = 0.5
+    #: CPUs per control actor (splitter, estimator, scheduler, draft store, environments)
     cpus_per_actor: float = 0.1
 
     def __post_init__(self) -> None:
@@ -224,7 +227,8 @@ class Placement:
             has = f"{total.get('CPU', 0):g} CPUs and {total.get('GPU', 0):g} GPUs"
             raise LaunchError(
                 f"Ray could not place the topology within {timeout:g} s: it asks for {asks}, "
-                f"the cluster has {has} in all; lower RayResources or add nodes"
+                f"the cluster has {has} in all; ask for less (RayResources: a run's [ray] "
+                "table) or add nodes"
             )
 
     def demand(self, resource: str) -> float:
