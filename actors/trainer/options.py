@@ -47,9 +47,11 @@ class TrainerOptions:
     restore_on_failure: bool = True
     #: trainer ranks (the topology's count of "trainer" actors): the host of rank 0's
     #: torch.distributed rendezvous ("" = rank 0's host as the launcher's address book has
-    #: it; ignored under torchrun, which sets MASTER_ADDR)
+    #: it; ignored under torchrun, which sets MASTER_ADDR, and under Ray, whose launcher
+    #: sets rank 0's node)
     dist_addr: str = "127.0.0.1"
-    #: the rendezvous port (ignored under torchrun, which sets MASTER_PORT)
+    #: the rendezvous port (ignored under torchrun, which sets MASTER_PORT, and under Ray,
+    #: whose launcher picks a free port on rank 0's node)
     dist_port: int = 29500
     #: how long ranks may take to join (they may start far apart on a loaded host)
     dist_timeout_s: float = 300.0

@@ -120,8 +120,16 @@ class RankedGRPOTrainer(GRPOTrainer):
                 "num_optimizer_steps": float(len(per_step)),
                 "version": float(self.version),
                 "seconds": time.perf_counter() - start,
+                "weights_sum": self.weights_sum(),
             }
         )
+
+    def weights_sum(self) -> float:
+        """The sum of every parameter, in float64: equal on every rank after a step (the
+        ranks' weights are identical by construction); a cheap check that they are."""
+        with torch.no_grad():
+            sums = [p.sum(dtype=torch.float64) for p in self.model.parameters()]
+            return float(torch.stack(sums).sum()) if sums else 0.0  # one device sync
 
     def _given_advantages(
         self,

@@ -13,6 +13,16 @@ store, a user's own) a fraction of a CPU. One placement group per role: generato
 SPREAD over nodes (an instance's GPUs are one bundle, so they stay on one node), trainer
 ranks PACKed, the control actors PACKed together (the draft store beside the scheduler).
 
+Trainer ranks: with more than one "trainer" actor, the launcher supplies their
+torch.distributed rendezvous (nothing fixed can name it: Ray picks the nodes). Rank 0's host
+reserves a free port on its node when it binds; every rank then runs with `dist_addr` =
+rank 0's node and `dist_port` = that port, whatever the topology's trainer options said.
+
+A one-machine cluster the launcher starts itself (no address, no `RAY_ADDRESS`, no `ray
+start` cluster on this machine) gets as many logical CPUs as the topology asks for, when
+that is more than the machine's cores (the actors mostly wait on their sockets): `seer run
+--set mode=ray` runs on a laptop. A cluster it joins is taken as it is.
+
 Liveness: the driver `ray.wait`s on every host's `run` reference; a host whose run ends
 while the cluster is up is marked lost and, when it is a generator, the scheduler hears it
 at once (`PeerLost`) and re-queues its chunks, the path its own health check takes.
@@ -25,7 +35,10 @@ around it), nor ship the CURVE keys: every node reads them from `transport.curve
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import math
 import os
+import socket
 import sys
 import time
 import tomllib
@@ -37,7 +50,14 @@ import anyio
 import anyio.to_thread
 import structlog
 
-from pipeline.config import CONTROL, DRIVER, PipelineConfig, config_from_dict, config_to_toml
+from pipeline.config import (
+    CONTROL,
+    DRIVER,
+    PipelineConfig,
+    Topology,
+    config_from_dict,
+    config_to_toml,
+)
 from pipeline.launch.child import shadowing
 from pipeline.launch.cluster import Cluster, LaunchError
 from pipeline.launch.endpoints import AddressBook, PreboundTransport, key, over_tcp
@@ -50,14 +70,20 @@ log = structlog.get_logger()
 INSTANCE_ROLES = ("generator", "trainer")
 """Roles (or kinds) whose actors are instances that want an accelerator each."""
 
+RANKS = "trainer"
+"""The role whose actors are torch.distributed ranks (the trainer counts its peers by it)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class RayResources:
-    """What each actor asks Ray for. `gpus_per_instance`: None means 1 when the cluster
-    has GPUs, else 0 (CPU generators, as in CI)."""
+    """What each actor asks Ray for (`RunConfig.ray`, the `[ray]` table of a run)."""
 
+    #: GPUs per generator and per trainer rank: None = 1 when the cluster has GPUs, else 0
+    #: (CPU generators, as in CI); a fraction shares a GPU (e.g. 0.25: four on one)
     gpus_per_instance: float | None = None
+    #: CPUs per generator and per trainer rank
     cpus_per_instance: float = 0.5
+    #: CPUs per control actor (splitter, estimator, scheduler, draft store, environments)
     cpus_per_actor: float = 0.1
 
     def __post_init__(self) -> None:
@@ -103,24 +129,60 @@ class ActorHost:
         ip: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
         self.inbox = self.transport.reply(f"tcp://{ip}:*", bind=True)
         curve = self.transport.options.curve
-        return {
+        report = {
             "address": self.inbox.endpoint,
             "public_key": curve.public.decode() if curve is not None else "",
             "node": ip,
             "pid": os.getpid(),
         }
+        if (self.role, self.index) == (RANKS, 0) and _num_ranks(self.config) > 1:
+            report["dist_port"] = free_port_on(ip)  # the ranks' rendezvous, on this node
+        return report
 
-    def run(self, entries: dict[str, str]) -> str:
-        """Serve until stopped (a `Stop` from the driver); returns the stop reason."""
+    def run(self, entries: dict[str, str], rendezvous: dict[str, Any] | None = None) -> str:
+        """Serve until stopped (a `Stop` from the driver); returns the stop reason.
+        `rendezvous`: a trainer rank's `dist_addr` and `dist_port`, chosen by the launcher."""
         if self.inbox is None:
             raise RuntimeError("ActorHost.run before bind")
         book = AddressBook(entries)
         transport = PreboundTransport(self.transport, self.inbox)
+        config = with_options(self.config, self.role, rendezvous) if rendezvous else self.config
         actor = build_actor(
-            self.config, self.role, self.index, transport, in_process=True, address_of=book
+            config, self.role, self.index, transport, in_process=True, address_of=book
         )
         anyio.run(actor.run)
         return actor._stop_reason
+
+
+def free_port_on(ip: str) -> int:
+    """A TCP port free now on this node's address `ip` (rank 0's torch.distributed store
+    binds it moments later, as the local launcher's `free_port` does)."""
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    with socket.socket(family) as s:
+        s.bind((ip, 0))
+        return int(s.getsockname()[1])
+
+
+def _num_ranks(config: PipelineConfig) -> int:
+    return next((g.count for g in config.topology.actors if g.role == RANKS), 0)
+
+
+def with_options(config: PipelineConfig, role: str, options: dict[str, Any]) -> PipelineConfig:
+    """`config` with `options` set in `role`'s options table."""
+    groups = tuple(
+        dataclasses.replace(g, options={**g.options, **options}) if g.role == role else g
+        for g in config.topology.actors
+    )
+    return dataclasses.replace(config, topology=Topology(actors=groups))
+
+
+def rendezvous(reports: dict[tuple[str, int], dict[str, Any]]) -> dict[str, Any]:
+    """The trainer ranks' torch.distributed rendezvous: rank 0's node and the port its
+    host reserved there ({} without ranks)."""
+    rank0 = reports.get((RANKS, 0), {})
+    if "dist_port" not in rank0:
+        return {}
+    return {"dist_addr": str(rank0["node"]), "dist_port": int(rank0["dist_port"])}
 
 
 # --- placement -------------------------------------------------------------------------------
@@ -160,10 +222,22 @@ class Placement:
         refs = [pg.ready() for pg in self.groups.values()]
         done = await _wait(self.ray, refs, timeout)
         if len(done) < len(refs):
-            raise LaunchError(
-                f"Ray could not place the topology within {timeout:g} s (cluster has "
-                f"{self.ray.available_resources()}); lower RayResources or add nodes"
+            total = self.ray.cluster_resources()
+            asks = f"{self.demand('CPU'):g} CPUs" + (
+                f" and {self.demand('GPU'):g} GPUs" if self.gpus else ""
             )
+            has = f"{total.get('CPU', 0):g} CPUs and {total.get('GPU', 0):g} GPUs"
+            raise LaunchError(
+                f"Ray could not place the topology within {timeout:g} s: it asks for {asks}, "
+                f"the cluster has {has} in all; ask for less (RayResources: a run's [ray] "
+                "table) or add nodes"
+            )
+
+    def demand(self, resource: str) -> float:
+        """How much of `resource` ("CPU", "GPU") the placement groups ask for."""
+        return sum(
+            float(b.get(resource, 0)) for pg in self.groups.values() for b in pg.bundle_specs
+        )
 
     def options(self, role: str, index: int) -> dict[str, Any]:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -220,8 +294,12 @@ async def launch_ray(
     validate_topology(config)
     _refuse_shadowing()
     config = over_tcp(config)
+    resources = resources or RayResources()
     if not ray.is_initialized():
-        ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
+        init: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+        if _starts_local_cluster(ray_address):  # enough logical CPUs to place the topology
+            init["num_cpus"] = max(os.cpu_count() or 1, math.ceil(cpu_demand(config, resources)))
+        ray.init(address=ray_address, **init)
     ip = ray.util.get_node_ip_address()
     transport = zmq_transport(config)
     inbox = transport.reply(f"tcp://{ip}:*", bind=True)
@@ -231,7 +309,7 @@ async def launch_ray(
     runs: dict[Any, tuple[str, int]] = {}
     cluster: Cluster | None = None
     try:
-        placement = Placement(ray, config, resources or RayResources())
+        placement = Placement(ray, config, resources)
         await placement.ready(config.ready_timeout_s)
         remote_host = ray.remote(ActorHost)
         text = config_to_toml(config)
@@ -247,7 +325,12 @@ async def launch_ray(
         cluster = Cluster(config, transport, address_of=book, inbox=inbox, control=control)
         for k, rep in reports.items():
             cluster.status[k].pid = rep["pid"]
-        runs = {hosts[k].run.remote(book.entries): k for k in hosts}
+        meet = rendezvous(reports)
+        if meet:
+            log.info("trainer_rendezvous", ranks=_num_ranks(config), **meet)
+        runs = {
+            hosts[k].run.remote(book.entries, meet if k[0] == RANKS else None): k for k in hosts
+        }
         await _await_ready(ray, cluster, runs)
         log.info("ray_cluster_ready", actors=len(hosts), nodes=sorted(_nodes(reports)))
         async with anyio.create_task_group() as tg:
@@ -279,6 +362,32 @@ def _refuse_shadowing() -> None:
             "puts the driver's working directory first on each worker's sys.path); start the "
             "run from another directory or rename them"
         )
+
+
+def cpu_demand(config: PipelineConfig, resources: RayResources) -> float:
+    """The CPUs the topology's placement groups ask for."""
+    return sum(
+        g.count
+        * (
+            resources.cpus_per_instance
+            if _is_instance(g.role, g.kind)
+            else resources.cpus_per_actor
+        )
+        for g in config.topology.actors
+    )
+
+
+def _starts_local_cluster(address: str | None) -> bool:
+    """Whether `ray.init(address)` starts a new one-machine cluster (no address, no
+    RAY_ADDRESS, no cluster of `ray start` running here) rather than join one."""
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+    except ImportError:  # another Ray layout: let Ray size the cluster
+        return False
+    try:  # typed `str`, but None is what `ray.init()` itself passes (its docstring says so)
+        return canonicalize_bootstrap_address(address) is None  # type: ignore[arg-type]
+    except Exception:  # a bad address: `ray.init` says what is wrong with it
+        return False
 
 
 async def _bind_all(

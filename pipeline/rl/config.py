@@ -13,6 +13,7 @@ from actors.model import ModelOptions
 from actors.scheduler.policy import POLICY_NAMES
 from actors.trainer.options import TrainerOptions
 from pipeline.config import ActorGroup, ConfigError, PipelineConfig, Topology, TransportConfig
+from pipeline.launch.ray import RayResources
 from pipeline.records.sinks import SINKS
 from pipeline.rollout.api import rollout_config
 from pipeline.tasks import Task, TaskError, supports_sft
@@ -111,6 +112,9 @@ class RunConfig:
     #: `PipelineConfig`): for "ray" and "static", `curve_keys` (a folder made by `seer keys`,
     #: on every host), `host` (the driver's address), `base_port` (fixed addresses)
     transport: TransportConfig = field(default_factory=TransportConfig)
+    #: mode "ray": what each actor asks Ray for (the `[ray]` table); the cluster is the one
+    #: `RAY_ADDRESS` or a `ray start` on this machine names, else a new one-machine cluster
+    ray: RayResources = field(default_factory=RayResources)
     #: the run id every actor's address carries: "static" needs one fixed value (the driver
     #: and the actors build the same topology from it); "" = a random one
     run_id: str = ""
@@ -229,6 +233,10 @@ def check_multi_host(cfg: RunConfig) -> None:
     object.__setattr__(cfg, "hosts", hosts)
     if cfg.run_id and not cfg.run_id.replace("-", "").isalnum():
         raise ConfigError(f"RunConfig.run_id {cfg.run_id!r} must be alphanumeric (dashes allowed)")
+    if cfg.mode != "ray" and cfg.ray != RayResources():
+        raise ConfigError(
+            f"RunConfig.ray (what actors ask Ray for) is for mode 'ray', not {cfg.mode!r}"
+        )
     if cfg.mode not in ("ray", "static"):
         if hosts or cfg.registry:
             raise ConfigError(
@@ -371,9 +379,11 @@ def placed(config: PipelineConfig, cfg: RunConfig) -> PipelineConfig:
 
 
 def launcher_options(cfg: RunConfig) -> dict[str, Any]:
-    """What the run's launcher takes beyond the topology (static: the registry folder, and
-    the driver's address: `transport.host` unless it is the default loopback, then this
-    host's outward address)."""
+    """What the run's launcher takes beyond the topology (ray: the resources each actor
+    asks for; static: the registry folder, and the driver's address: `transport.host`
+    unless it is the default loopback, then this host's outward address)."""
+    if cfg.mode == "ray":
+        return {"resources": cfg.ray}
     if cfg.mode != "static" or not cfg.registry:
         return {}
     from pipeline.launch.static import is_loopback

@@ -163,6 +163,8 @@ async def train(cfg: RunConfig, progress: Progress = lambda row: None) -> list[d
             if cfg.trainer_ranks > 1:
                 row["dispatch"] = cfg.dispatch
                 row["samples_per_rank"] = [int(r.stats["num_local_samples"]) for r in reports]
+                # identical weights on every rank give the same sum
+                row["weights_sum_per_rank"] = [r.stats.get("weights_sum") for r in reports]
             if curriculum is not None:
                 row["curriculum_success"] = curriculum.state()["success"]
             if cfg.eval_prompts and (

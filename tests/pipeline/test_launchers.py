@@ -1,11 +1,14 @@
 """The same tiny rollout through the local, Ray and static launchers gives the same samples;
-Ray's liveness feeds the scheduler's lost-generator path; the static registry and ranks."""
+Ray's liveness feeds the scheduler's lost-generator path; `seer run` on Ray with two trainer
+ranks meeting where the launcher says; the static registry and ranks."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,11 +18,23 @@ from typing import Any
 import anyio
 import pytest
 
-from pipeline.config import ConfigError, PipelineConfig, save_config
+from actors.generator import GeneratorOptions
+from actors.model import ModelOptions
+from pipeline.config import ConfigError, PipelineConfig, TransportConfig, save_config
 from pipeline.launch import launch
-from pipeline.launch.cluster import LaunchError
+from pipeline.launch.cluster import Cluster, LaunchError
 from pipeline.launch.endpoints import AddressBook, AddressBookError
+from pipeline.launch.ray import (
+    RayResources,
+    _starts_local_cluster,
+    cpu_demand,
+    free_port_on,
+    rendezvous,
+    with_options,
+)
 from pipeline.launch.static import FileRegistry, actor_for_rank, launch_nonce, rank_from_env
+from pipeline.rl import loop
+from pipeline.rl.config import RunConfig, rl_topology
 from pipeline.rollout.api import Group, Rollout, rollout_config
 from tests.pipeline.tiny import TINY_GENERATOR
 from transport.messages import ActorStats, GetStats, PromptSpec, SamplingSpec
@@ -86,7 +101,7 @@ def ray_session() -> Iterator[Any]:
     """One local Ray cluster for the module (its start costs about 10 s)."""
     ray = pytest.importorskip("ray", reason="the ray extra is not installed")
     ray.init(
-        num_cpus=2,
+        num_cpus=3,  # the RL run's topology: 4 x 0.1 (control) + 4 x 0.5 (instances)
         include_dashboard=False,
         log_to_driver=False,
         object_store_memory=80 << 20,
@@ -129,6 +144,101 @@ async def test_ray_gives_the_local_samples_and_its_liveness_requeues_a_dead_gene
     assert _samples(result.groups) == _samples(reference["greedy"])
     assert isinstance(stats, ActorStats) and stats.counters["generators_lost"] == 1
     assert any(c.instance == 1 for c in result.record.chunks)  # it had work when killed
+
+
+@pytest.mark.timeout(300)
+async def test_seer_run_on_ray_trains_two_ranks_and_loses_no_sample_to_a_killed_generator(
+    tmp_path: Path, ray_session: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`seer run` in mode "ray": one whole iteration of splitter, estimator, scheduler, two
+    generators, draft store and two trainer ranks (gloo), over tcp + CURVE. The ranks meet
+    where the launcher says (rank 0's node, a port free there): the default port is held
+    busy meanwhile. Generator 1 is SIGKILLed mid-rollout; Ray's liveness re-queues its
+    chunks and every sample is trained on once, by both ranks, into identical weights."""
+    generate_keys(tmp_path / "keys")
+    cfg = RunConfig(
+        task="tests.pipeline.toytask:SaySeven", iterations=1, prompts_per_iteration=4,
+        group_size=4, max_new_tokens=48, chunk_size=8, warm_start_steps=0, eval_prompts=0,
+        curriculum=False, checkpoint_every=0, trainer_ranks=2, seed=5, mode="ray",
+        out_dir=str(tmp_path / "run"), ready_timeout_s=240.0,
+        transport=TransportConfig(curve_keys=str(tmp_path / "keys"), run_dir=str(tmp_path)),
+        generator=GeneratorOptions(  # a backlog: chunks queue, so the kill finds work
+            model=ModelOptions(
+                hidden=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate=64,
+                max_context=64,
+            ),
+            max_batch=4, kv_budget_tokens=4096,
+        ),
+    )  # fmt: skip
+    seen: list[Rollout] = []
+
+    class Spied(Rollout):  # the run's own Rollout, to watch and kill its generator
+        async def __aenter__(self) -> Rollout:
+            seen.append(self)
+            return await super().__aenter__()
+
+    monkeypatch.setattr(loop, "Rollout", Spied)
+    killed: list[Cluster] = []
+
+    async def kill_mid_rollout() -> None:
+        while not seen or seen[0].cluster is None:
+            await anyio.sleep(0.05)
+        cluster = seen[0].cluster
+        assert cluster is not None
+        while True:  # once generator 1 has finished two chunks of the rollout
+            stats = await cluster.call("generator", 1, GetStats())
+            assert isinstance(stats, ActorStats)
+            if stats.counters["num_chunks"] >= 2:
+                break
+            await anyio.sleep(0.005)
+        assert not rows, "the rollout ended before the kill"
+        os.kill(cluster.status[("generator", 1)].pid, signal.SIGKILL)
+        killed.append(cluster)
+        while True:  # the scheduler hears of it (Ray's liveness: the run reference ended)
+            stats = await cluster.call("scheduler", 0, GetStats())
+            assert isinstance(stats, ActorStats)
+            if stats.counters["generators_lost"] == 1:
+                return
+            await anyio.sleep(0.05)
+
+    rows: list[dict[str, Any]] = []  # filled as each iteration ends
+    with socket.socket() as busy:  # TrainerOptions.dist_port's default, taken (or in use)
+        with contextlib.suppress(OSError):  # in use already: busy all the same
+            busy.bind(("", 29500))
+            busy.listen()
+        with anyio.fail_after(240):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(kill_mid_rollout)
+                await loop.train(cfg, rows.append)
+    [cluster] = killed
+    assert cluster.status[("generator", 1)].lost  # Ray's liveness saw it
+    [row] = rows
+    assert row["weight_version"] == 1 and row["train_num_ranks"] == 2
+    # 0 samples lost: every sample of every group trained on, once, by one of the ranks
+    assert row["num_error_samples"] == 0 and row["train_num_dropped"] == 0
+    assert sum(row["samples_per_rank"]) == 4 * 4 and all(n > 0 for n in row["samples_per_rank"])
+    rank0, rank1 = row["weights_sum_per_rank"]
+    assert rank0 == rank1 and rank0 is not None  # identical weights on both ranks
+
+
+def test_ray_launcher_sizes_its_own_cluster_and_names_the_ranks_rendezvous(tmp_path: Path) -> None:
+    keys = TransportConfig(curve_keys=str(tmp_path / "keys"))
+    cfg = RunConfig(task="tests.pipeline.toytask:SaySeven", mode="ray", transport=keys,
+                    trainer_ranks=2, warm_start_steps=0)  # fmt: skip
+    config = rl_topology(cfg, "")
+    # splitter, estimator, scheduler, draft store; two generators, two ranks
+    assert cpu_demand(config, RayResources()) == pytest.approx(4 * 0.1 + 4 * 0.5)
+    assert _starts_local_cluster("local") and not _starts_local_cluster("10.0.0.1:6379")
+    reports = {("trainer", 0): {"node": "10.1.1.1", "dist_port": 41234}, ("trainer", 1): {}}
+    meet = rendezvous(reports)
+    assert meet == {"dist_addr": "10.1.1.1", "dist_port": 41234}
+    assert rendezvous({("trainer", 0): {"node": "10.1.1.1"}}) == {}  # one rank: none
+    ranks = with_options(config, "trainer", meet)
+    assert {k: ranks.topology.group("trainer").options[k] for k in meet} == meet
+    assert ranks.topology.group("scheduler") == config.topology.group("scheduler")
+    port = free_port_on("127.0.0.1")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))  # free indeed
 
 
 @pytest.mark.timeout(400)

@@ -22,6 +22,7 @@ from actors.options import ConfigError
 from pipeline.bench.netns import Subnet
 from pipeline.config import TransportConfig, save_config
 from pipeline.launch import LaunchError
+from pipeline.launch.ray import RayResources
 from pipeline.launch.static import FileRegistry, check_reachable
 from pipeline.rl.config import RunConfig, launcher_options, rl_topology
 from pipeline.rollout.api import rollout_config
@@ -41,6 +42,12 @@ def test_multi_host_modes_need_their_transport_settings(tmp_path: Path) -> None:
         RunConfig(mode="inprocess", trainer_ranks=2)
     cfg = RunConfig(mode="ray", transport=keys, trainer_ranks=2)  # ranks across hosts: fine
     assert cfg.trainer_ranks == 2
+    shared = RayResources(gpus_per_instance=0.25)  # four instances on one GPU
+    assert launcher_options(RunConfig(mode="ray", transport=keys, ray=shared)) == {
+        "resources": shared
+    }
+    with pytest.raises(ConfigError, match=r"RunConfig\.ray .* mode 'ray', not 'local'"):
+        RunConfig(ray=shared)
 
 
 def test_static_topology_places_every_actor_and_meets_at_rank_zero(tmp_path: Path) -> None:
