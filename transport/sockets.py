@@ -391,14 +391,46 @@ class RequestSocket(_Socket):
             self._monitor_owner.close(linger=0)
 
 
+class _Context(zmq.asyncio.Context):
+    """A context that closes what it made before it terminates, also when the garbage
+    collector finalizes it. A transport dropped without `close()` would otherwise hang the
+    process forever in `Context.__del__` -> `term()`: the collector clears the context's
+    weak set of sockets before any finalizer runs, so pyzmq's `destroy()` closes nothing,
+    and the CURVE authenticator's thread holds sockets on a shadow context it never sees.
+    Here the sockets are held strongly (closed ones are dropped as new ones are made) and
+    the authenticator is stopped first."""
+
+    authenticator: Any = None
+    _made: list[zmq.Socket[Any]] = []  # declared here: pyzmq takes other names for options
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._made = []
+
+    def socket(self, socket_type: int, **kwargs: Any) -> Any:  # type: ignore[override]
+        sock = super().socket(socket_type, **kwargs)
+        self._made = [s for s in self._made if not s.closed]
+        self._made.append(sock)
+        return sock
+
+    def destroy(self, linger: int | None = None) -> None:
+        auth, self.authenticator = self.authenticator, None
+        if auth is not None:
+            auth.stop()
+        made, self._made = self._made, []
+        for sock in made:
+            if not sock.closed:
+                sock.close(linger=0 if linger is None else linger)
+        super().destroy(linger)
+
+
 class ZmqTransport:
     """Makes typed sockets on one zmq context; `close()` closes them all."""
 
     def __init__(self, options: SocketOptions | None = None) -> None:
         self.options = options or SocketOptions()
-        self.ctx = zmq.asyncio.Context()
+        self.ctx = _Context()
         self._sockets: list[_Socket] = []
-        self._authenticator: Any = None
 
     def _make(self, kind: int, address: str, bind: bool, wrap: Any) -> Any:
         sock = self.ctx.socket(kind)
@@ -426,8 +458,8 @@ class ZmqTransport:
         from transport.security import apply_curve, start_authenticator
 
         assert self.options.curve is not None
-        if server and self._authenticator is None:
-            self._authenticator = start_authenticator(self.ctx, self.options.curve)
+        if server and self.ctx.authenticator is None:
+            self.ctx.authenticator = start_authenticator(self.ctx, self.options.curve)
         apply_curve(sock, self.options.curve, server=server)
 
     def push(self, address: str, *, bind: bool = False) -> PushSocket:
@@ -462,7 +494,4 @@ class ZmqTransport:
         for sock in self._sockets:
             sock.close()
         self._sockets.clear()
-        if self._authenticator is not None:
-            self._authenticator.stop()
-            self._authenticator = None
         self.ctx.destroy(linger=int(self.options.linger_s * 1000))

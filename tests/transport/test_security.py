@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import anyio
@@ -56,3 +58,34 @@ def test_keys_are_never_overwritten_and_missing_keys_are_explained(tmp_path: Pat
         generate_keys(tmp_path)
     with pytest.raises(FileNotFoundError, match="seer keys"):
         CurveKeys.load(tmp_path / "elsewhere")
+
+
+LEAK = """
+import gc, sys
+from transport.security import CurveKeys
+from transport.sockets import SocketOptions, ZmqTransport
+t = ZmqTransport(SocketOptions(curve=CurveKeys.load(sys.argv[1])))
+server = t.reply("tcp://127.0.0.1:*", bind=True)  # a CURVE server: the authenticator starts
+t.request(server.endpoint)  # a DEALER with its monitor
+cycle = [t]
+cycle.append(cycle)  # dropped in a reference cycle, as a failed test's frame can leave it
+del t, server, cycle
+gc.collect()
+print("collected")
+"""
+
+
+def test_a_transport_dropped_without_close_is_collected_without_hanging(tmp_path: Path) -> None:
+    """The garbage collector finalizing a CURVE transport nobody closed used to hang the
+    process forever in `term()` (seen as a pytest worker stuck for 15 minutes that its
+    timeout could not interrupt): the authenticator's sockets, and the transport's own
+    (the collector clears the context's weak set of them first), were never closed."""
+    generate_keys(tmp_path)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", LEAK, str(tmp_path)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail("finalizing an unclosed transport hung")
+    assert done.returncode == 0 and "collected" in done.stdout, done.stderr[-2000:]
