@@ -33,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--policy",
         action="append",
         help="--epochs: run only these policies (repeat; also the study variants "
-        "ca_prior_until_finished, ca_extrapolated, ca_group_max_known)",
+        "ca_prior_strict, ca_band, ca_prior_until_finished, ca_extrapolated, "
+        "ca_group_max_known)",
     )
     parser.add_argument(
         "--iterations-per-epoch", type=int, default=4, help="--epochs: P/B iterations"
