@@ -112,9 +112,12 @@ def run_workload(
     max_batch: int = 256,
     scale: float = 1.0,
     seed: int = 0,
+    long_band: float | None = None,
     console: Console | None = None,
 ) -> dict[str, Any]:
-    """Every policy on every epoch of workload ``name``: the JSON's per-workload entry."""
+    """Every policy on every epoch of workload ``name``: the JSON's per-workload entry.
+    ``long_band``: the ``BANDED`` policies' (None: the live default,
+    ``SchedulerOptions.long_band``)."""
     table = {**EPOCH_POLICIES, **STUDY}
     unknown = [p for p in policies if p not in table]
     if unknown:
@@ -127,7 +130,7 @@ def run_workload(
     plain = measure_acceptance()
     with_history = measure_history_acceptance(history=w.group_size)
     makers = _estimators(w.max_output)
-    band = SchedulerOptions().long_band
+    band = SchedulerOptions().long_band if long_band is None else long_band
     kept: dict[str, LengthEstimator] = {}  # the prior policies' estimators, across epochs
     out: list[dict[str, Any]] = []
     before: list[SimRequest] | None = None
@@ -254,6 +257,7 @@ def run(
     chunk_size: int = 4096,
     num_instances: int = 32,
     seed: int = 0,
+    long_band: float | None = None,
 ) -> dict[str, Any]:
     console = Console(width=150)
     start = time.perf_counter()
@@ -271,6 +275,7 @@ def run(
             chunk_size=chunk_size,
             scale=scale,
             seed=seed,
+            long_band=long_band,
             console=console,
         )
     result["settings"] = {
@@ -279,6 +284,7 @@ def run(
         "chunk_size": chunk_size,
         "scale": scale,
         "seed": seed,
+        "long_band": SchedulerOptions().long_band if long_band is None else long_band,
         "epoch_model": {
             "iterations_per_epoch": m.iterations_per_epoch,
             "drift_per_iteration": m.drift,

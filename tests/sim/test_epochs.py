@@ -95,11 +95,14 @@ def test_epochs_report_every_policy_and_the_prior_knows_the_groups() -> None:
     strict = run_workload(
         "kimi-k2",
         epochs=1,
-        policies=("context_aware", "ca_prior_strict"),
+        policies=("context_aware", "ca_prior_strict", "ca_band"),
         scale=0.02,
         num_instances=2,
+        long_band=1.5,
     )
     # epoch 1 has nothing to remember: the strict prior policy is its twin's run
-    assert strict["epochs"][0]["policies"]["ca_prior_strict"]["same_run_as"] == "context_aware"
+    runs = strict["epochs"][0]["policies"]
+    assert runs["ca_prior_strict"]["same_run_as"] == "context_aware"
+    assert runs["ca_band"]["long_band"] == 1.5 and runs["ca_prior_strict"]["long_band"] == 1.0
     with pytest.raises(ValueError, match="unknown policy 'nope'"):
         run_workload("kimi-k2", epochs=1, policies=("nope",), scale=0.02)
