@@ -244,6 +244,7 @@ class SchedulerActor(TurnTaking):
             true_lengths=true_lengths if name == "oracle" else None,
             starvation_s=self.opts.starvation_s,
             starvation_every=self.opts.starvation_every,
+            long_band=self.opts.long_band,
         )
         core = SchedulerCore(
             policy,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from actors.options import check, check_choice, check_positive
-from actors.scheduler.policy import POLICY_NAMES
+from actors.scheduler.policy import LONG_BAND, POLICY_NAMES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -21,7 +21,11 @@ class SchedulerOptions:
     much busier the instance holding a request's KV may be before the request moves.
     `starvation_s`: context-aware's anti-starvation age, for requests that have run a
     chunk. `starvation_every`: at most one starved request promoted per this many
-    dispatches. `health_interval_s`: how often generators with work are asked for their
+    dispatches. `long_band`: context-aware ranks the groups whose length estimate is at
+    least the generation limit / `long_band` together, served among themselves in FIFO
+    order (divided's), and the rest longest estimate first (1.0 = Seer's strict
+    longest-first; `ContextAware`; the default, `LONG_BAND`, was measured in the simulator).
+    `health_interval_s`: how often generators with work are asked for their
     load (during a rollout lost generators are probed at the same pace: one that answers
     with the current weights is back; one with older weights gets them from the trainer
     first). `health_timeout_s`: how long a generator may take to answer before it counts
@@ -57,6 +61,7 @@ class SchedulerOptions:
     affinity_spread: int = 4
     starvation_s: float = 60.0
     starvation_every: int = 8
+    long_band: float = LONG_BAND
     health_interval_s: float = 1.0
     health_timeout_s: float = 3.0
     republish_timeout_s: float = 300.0
@@ -87,6 +92,8 @@ class SchedulerOptions:
             "max_chunk_faults",
             "result_message_bytes",
         )
+        band = self.long_band
+        check(band >= 1.0, "SchedulerOptions.long_band", ">= 1", band)
         hw = self.kv_high_watermark
         check(0 < hw <= 1, "SchedulerOptions.kv_high_watermark", "in (0, 1]", hw)
         check(

@@ -28,6 +28,14 @@ after ``starvation_s`` and turned context-aware into FIFO).
 - ``Divided``: Seer's divided rollout alone: chunks, FIFO by re-entry time.
 - ``ContextAware``: Seer's Algorithm 2 -- probes first (fewest generated first), then the
   rest by descending group estimate; occasional anti-starvation promotions (above).
+  ``long_band`` (beyond Seer; 1.0 = Seer's strict order): groups whose estimate is at
+  least the generation limit / ``long_band`` share the top rank and are served among
+  themselves in FIFO order by re-entry time, as ``Divided`` serves everyone; below the
+  band, longest estimate first. An estimate with error (a per-prompt prior is some 15%
+  off) that ranks a truly long group under shorter ones makes that group's requests wait
+  for KV in the middle of the rollout, and the longest of them sets the makespan; in the
+  band no long group waits behind another. `seer sim seer --epochs` measured it
+  (docs/simulator.md).
 - ``Oracle``: longest true remaining length first (true lengths given; comparison only).
 """
 
@@ -40,6 +48,7 @@ from typing import Any
 from actors.scheduler.state import RequestState
 
 __all__ = [
+    "LONG_BAND",
     "POLICY_NAMES",
     "ContextAware",
     "Divided",
@@ -48,6 +57,13 @@ __all__ = [
     "Policy",
     "make_policy",
 ]
+
+
+#: the live default ``long_band`` (``SchedulerOptions``, ``RunConfig``): with a per-prompt
+#: prior, context-aware reached divided's throughput or beyond on both KV-bound Seer
+#: workloads in `seer sim seer --epochs`, where the strict order (1.0) lost to divided
+#: by up to 5% (docs/simulator.md)
+LONG_BAND = 2.0
 
 
 def _fifo_key(req: RequestState) -> tuple[float, int]:
@@ -143,10 +159,16 @@ class ContextAware(Policy):
     starvation_s: float
 
     def __init__(
-        self, max_new_tokens: int, starvation_s: float = 5.0, starvation_every: int = 8
+        self,
+        max_new_tokens: int,
+        starvation_s: float = 5.0,
+        starvation_every: int = 8,
+        long_band: float = 1.0,
     ) -> None:
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if not long_band >= 1.0:
+            raise ValueError(f"long_band must be >= 1, got {long_band}")
         if starvation_s <= 0:
             raise ValueError(f"starvation_s must be > 0, got {starvation_s}")
         if starvation_every < 1:
@@ -154,6 +176,9 @@ class ContextAware(Policy):
         self.max_new_tokens = max_new_tokens
         self.starvation_s = starvation_s
         self.starvation_every = starvation_every
+        self.long_band = long_band
+        # estimates at or above this share the top rank (FIFO among them)
+        self._band_floor = max_new_tokens / long_band
         self._estimates: dict[str, int] = {}
 
     def update_estimate(self, group_id: str, estimate: int) -> None:
@@ -169,7 +194,10 @@ class ContextAware(Policy):
     def rank(self, req: RequestState) -> tuple[Any, ...]:
         if req.is_probe:
             return (0, req.generated, *_fifo_key(req))
-        return (1, -self.estimate(req.group_id), *_fifo_key(req))
+        estimate = self.estimate(req.group_id)
+        if estimate >= self._band_floor:  # the long band: one rank, FIFO inside
+            estimate = self.max_new_tokens
+        return (1, -estimate, *_fifo_key(req))
 
     def order(self, waiting: Sequence[RequestState], now: float) -> Iterable[RequestState]:
         return sorted(waiting, key=self.rank)
@@ -204,14 +232,16 @@ def make_policy(
     true_lengths: Mapping[str, int] | None = None,
     starvation_s: float = 5.0,
     starvation_every: int = 8,
+    long_band: float = 1.0,
 ) -> Policy:
-    """A policy by its name: one of ``POLICY_NAMES``."""
+    """A policy by its name: one of ``POLICY_NAMES`` (``long_band``: context-aware's,
+    ``ContextAware``)."""
     if name == "baseline":
         return GroupRoundRobin(num_instances)
     if name == "divided":
         return Divided()
     if name == "context_aware":
-        return ContextAware(max_new_tokens, starvation_s, starvation_every)
+        return ContextAware(max_new_tokens, starvation_s, starvation_every, long_band)
     if name == "oracle":
         if true_lengths is None:
             raise ValueError("the 'oracle' policy needs true_lengths")

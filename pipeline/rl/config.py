@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from actors.generator import GeneratorOptions
 from actors.model import ModelOptions
-from actors.scheduler.policy import POLICY_NAMES
+from actors.scheduler.policy import LONG_BAND, POLICY_NAMES
 from actors.trainer.options import TrainerOptions
 from pipeline.config import ActorGroup, ConfigError, PipelineConfig, Topology, TransportConfig
 from pipeline.launch.ray import RayResources
@@ -153,6 +153,12 @@ class RunConfig:
     #: `use_prior` with `prior_rule = "floor"`); pays from a prompt's second epoch on
     #: (docs/simulator.md, `seer sim seer --epochs`)
     length_prior: bool = True
+    #: context-aware serves the groups whose length estimate is within this factor of the
+    #: generation limit together, in FIFO order (as divided does), and the rest longest
+    #: estimate first (the scheduler's `long_band`; 1.0 = Seer's strict longest-first). An
+    #: estimate with error (the prior's) otherwise ranks some truly long groups under shorter
+    #: ones, and their requests wait for KV (docs/simulator.md, `seer sim seer --epochs`)
+    long_band: float = LONG_BAND
     #: the draft store keeps each prompt's responses as drafts for its next group (the
     #: store's `keep_history`; with grouped speculation). Off by default: it pays only where
     #: prompts recur (simulated: docs/simulator.md), and the store keeps the responses of
@@ -167,6 +173,8 @@ class RunConfig:
             raise ValueError("RunConfig.trainer_ranks must be >= 1")
         if self.num_environments < 1:
             raise ValueError("RunConfig.num_environments must be >= 1")
+        if not self.long_band >= 1.0:
+            raise ValueError(f"RunConfig.long_band must be >= 1, got {self.long_band}")
         if self.trainer_ranks > 1 and self.mode == "inprocess":
             raise ValueError(
                 "RunConfig.trainer_ranks > 1 needs a process per rank: mode 'local', 'ray' or "
@@ -327,7 +335,8 @@ def rl_topology(cfg: RunConfig, model_path: str, task: Task | None = None) -> Pi
         num_generators=cfg.num_generators,
         chunk_size=cfg.chunk_size,
         generator=gen_table,
-        scheduler={"scorer": cfg.scorer},  # direct dispatch scores where samples finish
+        # direct dispatch scores where samples finish
+        scheduler={"scorer": cfg.scorer, "long_band": cfg.long_band},
         estimator={"use_prior": cfg.length_prior},
         drafts={"keep_history": cfg.draft_history},
         environments=cfg.num_environments if episode_spec(task) is not None else 0,

@@ -8,18 +8,24 @@ upward). Per workload and epoch, policies on 32 simulated H200 instances:
   sibling), ``oracle``: as ``seer sim seer``;
 - ``context_aware_prior``: context-aware fed by one live ``LengthEstimator`` with
   ``use_prior`` that lives through the epochs (each prompt's longest output when its group
-  last closed; ``prior_rule="floor"``);
+  last closed; ``prior_rule="floor"``), ranked with the live default long band
+  (``SchedulerOptions.long_band``: groups estimated within a factor of it of the
+  generation limit share the top rank, FIFO among them);
 - ``seer``: context-aware + grouped speculation (MBA) on the sibling acceptance table;
-- ``seer_history``: ``context_aware_prior`` + grouped speculation whose trees also hold the
-  previous epoch's responses to the prompt: the acceptance table measured through the live
-  ``DraftStore`` with ``keep_history`` (``measure_history_acceptance``: RhymeRL's 93% token
-  recurrence); in epoch 1 there is no history and it drafts as ``seer``.
-Study variants (``STUDY``): ``ca_prior_until_finished`` (the prior dropped when the first
-sibling finishes), ``ca_extrapolated`` (epoch 1's best estimator without history,
+- ``seer_history``: ``context_aware_prior`` (its band too) + grouped speculation whose
+  trees also hold the previous epoch's responses to the prompt: the acceptance table
+  measured through the live ``DraftStore`` with ``keep_history``
+  (``measure_history_acceptance``: RhymeRL's 93% token recurrence); in epoch 1 there is
+  no history and it drafts as ``seer``.
+Study variants (``STUDY``): ``ca_prior_strict`` (the prior with Seer's strict
+longest-first order, no band), ``ca_band`` (the band without the prior),
+``ca_prior_until_finished`` (the prior dropped when the first sibling finishes),
+``ca_extrapolated`` (epoch 1's best estimator without history,
 ``pipeline.sim.estimators``) and ``ca_group_max_known`` (``pipeline.sim.gap``'s
 ``TrueGroupMax``: every group's true longest known from the start, the ceiling). In
-epoch 1 the prior policies have nothing to remember: they are reported as their twins'
-runs (``same_run_as``), and their estimators learn the priors from the epoch's lengths.
+epoch 1 the prior policies without the band have nothing to remember: they are reported
+as their twins' runs (``same_run_as``), and their estimators learn the priors from the
+epoch's lengths; those with the band run (their order differs).
 Everything is simulated and deterministic.
 """
 
@@ -33,6 +39,7 @@ from rich.console import Console
 from rich.table import Table
 
 from actors.estimator.core import LengthEstimator
+from actors.scheduler.options import SchedulerOptions
 from pipeline.records.metrics import compute_metrics
 from pipeline.records.report import results_table, write_results
 from pipeline.sim.acceptance import (
@@ -47,7 +54,7 @@ from pipeline.sim.gap import TrueGroupMax
 from pipeline.sim.simulator import SimConfig, SimRequest, simulate
 from pipeline.sim.workload import SEER_WORKLOADS, EpochModel, epoch_requests, rank_churn
 
-__all__ = ["EPOCH_POLICIES", "RHYME_PUBLISHED", "STUDY", "run", "run_workload"]
+__all__ = ["BANDED", "EPOCH_POLICIES", "RHYME_PUBLISHED", "STUDY", "run", "run_workload"]
 
 # policy -> (scheduler policy, speculation, KV pool, estimator kind)
 EPOCH_POLICIES: dict[str, tuple[str, str, str, str]] = {
@@ -60,17 +67,20 @@ EPOCH_POLICIES: dict[str, tuple[str, str, str, str]] = {
     "oracle": ("oracle", "off", "global", "fresh"),
 }
 STUDY: dict[str, tuple[str, str, str, str]] = {
+    "ca_prior_strict": ("context_aware", "off", "global", "prior"),
+    "ca_band": ("context_aware", "off", "global", "fresh"),
     "ca_prior_until_finished": ("context_aware", "off", "global", "prior_until_finished"),
     "ca_extrapolated": ("context_aware", "off", "global", "extrapolated"),
     # the ceiling of any group estimate: L[g] = the group's true longest from the start
     "ca_group_max_known": ("context_aware", "off", "global", "known"),
 }
+# the policies ranked with the live default long band (the others: Seer's strict order)
+BANDED = ("context_aware_prior", "seer_history", "ca_band")
 # in epoch 1 (no priors, no history) these runs are their twin's, run again: the twin's
 # result is reported, and the estimator learns its priors from the epoch's true lengths
 # (what the run would have fed it)
 _TWIN_IN_EPOCH_1 = {
-    "context_aware_prior": "context_aware",
-    "seer_history": "seer",
+    "ca_prior_strict": "context_aware",
     "ca_prior_until_finished": "context_aware",
 }
 # RhymeRL (REFERENCES.md; arXiv 2508.18588): speed-ups over veRL
@@ -102,9 +112,12 @@ def run_workload(
     max_batch: int = 256,
     scale: float = 1.0,
     seed: int = 0,
+    long_band: float | None = None,
     console: Console | None = None,
 ) -> dict[str, Any]:
-    """Every policy on every epoch of workload ``name``: the JSON's per-workload entry."""
+    """Every policy on every epoch of workload ``name``: the JSON's per-workload entry.
+    ``long_band``: the ``BANDED`` policies' (None: the live default,
+    ``SchedulerOptions.long_band``)."""
     table = {**EPOCH_POLICIES, **STUDY}
     unknown = [p for p in policies if p not in table]
     if unknown:
@@ -117,6 +130,7 @@ def run_workload(
     plain = measure_acceptance()
     with_history = measure_history_acceptance(history=w.group_size)
     makers = _estimators(w.max_output)
+    band = SchedulerOptions().long_band if long_band is None else long_band
     kept: dict[str, LengthEstimator] = {}  # the prior policies' estimators, across epochs
     out: list[dict[str, Any]] = []
     before: list[SimRequest] | None = None
@@ -145,6 +159,7 @@ def run_workload(
                 kv_pool=pool,  # type: ignore[arg-type]
                 spec=spec,  # type: ignore[arg-type]
                 seed=seed,
+                long_band=band if pol in BANDED else 1.0,
             )
             policy = _known(reqs, w.max_output, cfg) if kind == "known" else None
             res = simulate(
@@ -166,6 +181,7 @@ def run_workload(
                 "estimate_error": mt["estimate_error"],
                 "estimate_bias": mt["estimate_bias"],
                 "sim_cpu_s": res.cpu_s,
+                "long_band": cfg.long_band,
             }
             if console:
                 err = mt["estimate_error"]
@@ -241,6 +257,7 @@ def run(
     chunk_size: int = 4096,
     num_instances: int = 32,
     seed: int = 0,
+    long_band: float | None = None,
 ) -> dict[str, Any]:
     console = Console(width=150)
     start = time.perf_counter()
@@ -258,6 +275,7 @@ def run(
             chunk_size=chunk_size,
             scale=scale,
             seed=seed,
+            long_band=long_band,
             console=console,
         )
     result["settings"] = {
@@ -266,6 +284,7 @@ def run(
         "chunk_size": chunk_size,
         "scale": scale,
         "seed": seed,
+        "long_band": SchedulerOptions().long_band if long_band is None else long_band,
         "epoch_model": {
             "iterations_per_epoch": m.iterations_per_epoch,
             "drift_per_iteration": m.drift,

@@ -33,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--policy",
         action="append",
         help="--epochs: run only these policies (repeat; also the study variants "
-        "ca_prior_until_finished, ca_extrapolated, ca_group_max_known)",
+        "ca_prior_strict, ca_band, ca_prior_until_finished, ca_extrapolated, "
+        "ca_group_max_known)",
     )
     parser.add_argument(
         "--iterations-per-epoch", type=int, default=4, help="--epochs: P/B iterations"
@@ -41,15 +42,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--drift", type=float, default=0.005, help="--epochs: length growth per iteration"
     )
+    parser.add_argument("--seed", type=int, default=0, help="--epochs: the workload's seed")
+    parser.add_argument(
+        "--long-band",
+        type=float,
+        help="--epochs: context-aware's long band for the policies that use it "
+        "(context_aware_prior, seer_history, ca_band; default: the live scheduler's)",
+    )
 
 
 def run_args(args: argparse.Namespace) -> None:
     """`seer sim seer` from its parsed flags."""
     scale = args.scale if args.scale is not None else (seer.QUICK_SCALE if args.quick else 1.0)
     if args.epochs is None and (
-        args.policy or args.iterations_per_epoch != 4 or args.drift != 0.005
+        args.policy
+        or args.iterations_per_epoch != 4
+        or args.drift != 0.005
+        or args.seed != 0
+        or args.long_band is not None
     ):
-        raise ValueError("--policy, --iterations-per-epoch and --drift need --epochs")
+        raise ValueError(
+            "--policy, --iterations-per-epoch, --drift, --seed and --long-band need --epochs"
+        )
     if args.epochs is not None:
         epochs.run(
             args.json,
@@ -60,6 +74,8 @@ def run_args(args: argparse.Namespace) -> None:
             scale=scale,
             chunk_size=args.chunk_size,
             num_instances=args.instances,
+            seed=args.seed,
+            long_band=args.long_band,
         )
         return
     default = ("moonlight",) if args.quick else tuple(seer.SEER_WORKLOADS)

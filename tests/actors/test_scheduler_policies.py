@@ -70,6 +70,30 @@ def test_rest_longest_estimate_first_ties_fifo() -> None:
     assert ids(policy.order(waiting, now=3.0)) == ["u", "m1", "m2", "s"]
 
 
+def test_long_band_serves_the_longest_groups_fifo_and_the_rest_longest_first() -> None:
+    strict, banded = ContextAware(1000), ContextAware(1000, long_band=2.0)
+    for policy in (strict, banded):
+        for group, estimate in (("a", 600), ("b", 900), ("c", 500), ("d", 499), ("e", 100)):
+            policy.update_estimate(group, estimate)
+    waiting = [
+        req("e", "e", arrival=0, enqueued_at=0.0),
+        req("d", "d", arrival=1, enqueued_at=1.0),
+        req("c", "c", arrival=2, enqueued_at=2.0),
+        req("b", "b", arrival=3, enqueued_at=3.0),
+        req("a", "a", arrival=4, enqueued_at=4.0),
+        req("u", "unknown", arrival=5, enqueued_at=5.0),  # the limit: in the band
+        req("p", "e", probe=True, arrival=6, enqueued_at=6.0),  # probes still first
+    ]
+    assert ids(strict.order(waiting, now=6.0)) == ["p", "u", "b", "a", "c", "d", "e"]
+    # estimates >= 1000 / 2 share the top rank, in FIFO order by re-entry; then 499, 100
+    assert ids(banded.order(waiting, now=6.0)) == ["p", "c", "b", "a", "u", "d", "e"]
+    assert banded.estimate("c") == 500  # the band changes the order, not the estimate
+    with pytest.raises(ValueError, match="long_band must be >= 1"):
+        ContextAware(1000, long_band=0.5)
+    made = make_policy("context_aware", num_instances=2, max_new_tokens=8, long_band=3.0)
+    assert isinstance(made, ContextAware) and made.long_band == 3.0
+
+
 def test_finished_sibling_estimate_changes_order() -> None:
     policy = ContextAware(max_new_tokens=1000)
     waiting = [req("a", "ga", arrival=0), req("b", "gb", arrival=1)]

@@ -83,7 +83,8 @@ async def test_the_live_scheduler_takes_starvation_every_from_its_options(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The scheduler actor builds its rollout's policy with the options' `starvation_s` and
-    `starvation_every` (it passed only the first: the policy's default 8 was used). A real
+    `starvation_every` (it passed only the first: the policy's default 8 was used), and its
+    `long_band`. A real
     in-process rollout; the policy the actor built is looked at on its way out."""
     built: list[Policy] = []
 
@@ -98,7 +99,7 @@ async def test_the_live_scheduler_takes_starvation_every_from_its_options(
         num_generators=1,
         chunk_size=2,
         generator={"model": model, "max_batch": 2, "spec": {"mode": "off"}},
-        scheduler={"starvation_s": 7.0, "starvation_every": 3},
+        scheduler={"starvation_s": 7.0, "starvation_every": 3, "long_band": 1.25},
         run_dir=str(tmp_path),
     )
     sampling = SamplingSpec(max_new_tokens=4, ignore_eos=True, seed=0)
@@ -108,3 +109,4 @@ async def test_the_live_scheduler_takes_starvation_every_from_its_options(
     [policy] = built
     assert isinstance(policy, ContextAware)
     assert (policy.starvation_s, policy.starvation_every) == (7.0, 3)
+    assert policy.long_band == 1.25

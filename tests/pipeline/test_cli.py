@@ -142,6 +142,19 @@ def test_bench_and_sim_flags_reach_their_module(
     assert full["workloads"] == ("kimi-k2",) and full["scale"] == 0.5
 
 
+def test_sim_seer_epochs_takes_its_seed_and_long_band(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls: list[dict[str, Any]] = []
+    epochs = importlib.import_module("pipeline.sim.epochs")
+    monkeypatch.setattr(epochs, "run", lambda *a, **kw: calls.append(kw))
+    assert main(["sim", "seer", "--epochs", "2", "--seed", "3", "--long-band", "1.5"]) == 0
+    assert main(["sim", "seer", "--epochs", "1"]) == 0
+    assert [(c["seed"], c["long_band"]) for c in calls] == [(3, 1.5), (0, None)]
+    assert main(["sim", "seer", "--long-band", "1.5"]) == 2  # a usage error, named
+    assert "--long-band need --epochs" in capsys.readouterr().err
+
+
 def test_overrides_are_typed_like_the_toml(tmp_path: Path) -> None:
     cfg = apply_overrides(
         RunConfig(),

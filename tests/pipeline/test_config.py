@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from actors.scheduler.policy import LONG_BAND
 from pipeline.config import (
     ActorGroup,
     ConfigError,
@@ -115,6 +116,7 @@ def test_missing_file_and_bad_actor_kinds(tmp_path: Path) -> None:
         ("generator", {"spec": {"mode": "both"}}, "'both' is not one of"),
         ("scheduler", {"policy": "fastest"}, "SchedulerOptions.policy must be one of"),
         ("scheduler", {"kv_high_watermark": 1.5}, "kv_high_watermark must be in (0, 1]"),
+        ("scheduler", {"long_band": 0.5}, "SchedulerOptions.long_band must be >= 1, got 0.5"),
         ("trainer", {"lr": 0.0}, "TrainerOptions.lr must be > 0"),
         ("drafts", {"max_depth": 0}, "DraftStoreOptions.max_depth must be > 0"),
     ],
@@ -165,6 +167,9 @@ def test_a_run_toml_nests_the_trainers_options(tmp_path: Path) -> None:
     topo = rl_topology(cfg, "").topology  # the history knobs reach their actors
     assert topo.group("estimator").options == {"use_prior": cfg.length_prior}
     assert topo.group("drafts").options == {"keep_history": cfg.draft_history}
+    assert topo.group("scheduler").options["long_band"] == cfg.long_band == LONG_BAND
+    with pytest.raises(ValueError, match=r"RunConfig\.long_band must be >= 1, got 0\.9"):
+        dataclasses.replace(cfg, long_band=0.9)
     off = rl_topology(dataclasses.replace(cfg, length_prior=False), "").topology
     assert off.group("estimator").options == {"use_prior": False}
     with pytest.raises(ConfigError, match="unknown keys \\['lr'\\]"):

@@ -7,6 +7,8 @@ import math
 
 import pytest
 
+from actors.scheduler.options import SchedulerOptions
+from actors.scheduler.policy import LONG_BAND
 from pipeline.sim.acceptance import measure_acceptance, measure_history_acceptance
 from pipeline.sim.epochs import run_workload
 from pipeline.sim.estimators import ExtrapolatingEstimator
@@ -74,20 +76,33 @@ def test_epochs_report_every_policy_and_the_prior_knows_the_groups() -> None:
         "kimi-k2", epochs=2, policies=(*policies, "oracle"), scale=0.02, num_instances=2
     )
     one, two = out["epochs"]
+    p1 = one["policies"]
     assert [one["epoch"], two["epoch"]] == [1, 2]
     for e in (one, two):
         assert set(e["policies"]) == {*policies, "oracle"} == set(e["ratios"])
         for p in e["policies"].values():
             assert {"throughput_tok_s", "tail_s", "preemptions"} <= set(p)
         assert e["ratios"]["baseline"] == 1.0
-    # epoch 1 has nothing to remember: the prior policies are their twins
-    assert one["policies"]["context_aware_prior"]["same_run_as"] == "context_aware"
-    assert one["ratios"]["seer_history"] == one["ratios"]["seer"]
+    # the prior policies rank with the live default long band, Seer's policies without
+    assert p1["context_aware_prior"]["long_band"] == SchedulerOptions().long_band == LONG_BAND
+    assert p1["seer_history"]["long_band"] == LONG_BAND > p1["context_aware"]["long_band"] == 1.0
     # epoch 2: the prior (last epoch's group max) is a far better estimate than the limit,
     # and history drafts are accepted longer than siblings' alone
     p2 = two["policies"]
     assert p2["context_aware_prior"]["estimate_error"] < p2["context_aware"]["estimate_error"] / 2
     assert p2["seer_history"]["mean_accept_len"] > p2["seer"]["mean_accept_len"] + 0.2
     assert "rank_churn" in two and "rank_churn" not in one
+    strict = run_workload(
+        "kimi-k2",
+        epochs=1,
+        policies=("context_aware", "ca_prior_strict", "ca_band"),
+        scale=0.02,
+        num_instances=2,
+        long_band=1.5,
+    )
+    # epoch 1 has nothing to remember: the strict prior policy is its twin's run
+    runs = strict["epochs"][0]["policies"]
+    assert runs["ca_prior_strict"]["same_run_as"] == "context_aware"
+    assert runs["ca_band"]["long_band"] == 1.5 and runs["ca_prior_strict"]["long_band"] == 1.0
     with pytest.raises(ValueError, match="unknown policy 'nope'"):
         run_workload("kimi-k2", epochs=1, policies=("nope",), scale=0.02)

@@ -50,6 +50,8 @@ class SimConfig:
     growth_reserve: int | None = None
     starvation_s: float = 60.0
     starvation_every: int = 8
+    # context-aware's long band (``ContextAware``; 1.0 = Seer's strict longest-first)
+    long_band: float = 1.0
     kv_pool: KvPool = "local"
     spec: Literal["off", "group"] = "off"
     g_max: int = 8
@@ -107,6 +109,8 @@ class SimConfig:
         ):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"SimConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if not self.long_band >= 1.0:
+            raise ValueError(f"SimConfig.long_band must be >= 1, got {self.long_band}")
         for name in ("num_instances", "max_batch", "kv_capacity", "chunk_size", "max_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SimConfig.{name} must be >= 1, got {getattr(self, name)}")

@@ -88,6 +88,7 @@ class _Run:
             true_lengths={r.request_id: r.output_len for r in self.reqs},
             starvation_s=config.starvation_s,
             starvation_every=config.starvation_every,
+            long_band=config.long_band,
         )
         return SchedulerCore(
             policy,

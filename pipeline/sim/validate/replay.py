@@ -93,6 +93,7 @@ def _sim_config(
         growth_reserve=opts.growth_reserve,
         starvation_s=opts.starvation_s,
         starvation_every=opts.starvation_every,
+        long_band=opts.long_band,
         kv_pool="local",
         spec="group" if spec else "off",
         max_steps=16,
