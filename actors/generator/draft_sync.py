@@ -55,7 +55,8 @@ class DraftSync:
         self._wake = anyio.Event()
         self.unopened: tuple[str, ...] = ()  # the last pull's groups the store had not opened
         self.unsent_ended: list[TokenAppend] = []  # ended chunks' appends a full queue refused
-        self.num_pulls = 0
+        self.num_pulls = 0  # calls to the store (`SyncDrafts`)
+        self.num_cycles = 0  # syncs run (pushes, pulls or neither)
         speculator.on_resume = self.wake  # drafting turned back on: catch up now
 
     async def run(self) -> None:
@@ -116,6 +117,7 @@ class DraftSync:
 
     async def sync_once(self, pull: bool) -> None:
         cfg = self.spec.config
+        self.num_cycles += 1
         ended, self.unsent_ended = self.unsent_ended, []
         appends = self.client.take_appends()
         request = self.client.sync_message() if pull else None
