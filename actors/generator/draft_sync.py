@@ -4,8 +4,8 @@ Every `spec.sync_interval_s` it pushes this generator's new tokens to the store
 (`TokensAppended`, one-way) and pulls what its replicas lack (`SyncDrafts`, a call answered
 with `DraftDeltas`). While the batch is too large for drafts to pay it pushes 10x less
 often and pulls only every `LIVENESS_CYCLES` cycles (to see the store is alive); the
-speculator wakes it when drafting turns back on, and that pull catches up. A store that does not
-answer costs drafts, never progress: appends are offered, never awaited (a full queue
+speculator wakes it when drafting turns back on, and that pull catches up. A store that
+does not answer costs drafts, never progress: appends are offered, never awaited (a full queue
 drops them, and they are re-sent later), decoding goes on with what the replicas hold
 (this generator's own requests) and the sync retries; a restarted store is refilled from
 this generator's own copy of its requests (see `DraftClient`).
