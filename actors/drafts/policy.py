@@ -38,6 +38,17 @@ With few running requests (the tail) drafts become top-k multi-path trees.
    interval (up to 16x: every 256 steps), so where drafts do not pay exploring costs
    almost nothing; an exploration that measured faster, or a drafted grant that is not
    an exploration, sets it back.
+6. Realized, not only predicted: every step the budget drafted (not the explorations)
+   measures its realized speed-up, its tokens per row times a plain step's measured time
+   over its own (``MeasuredCost.drafted``), kept per batch-size class (powers of two,
+   ``losing``). Where the recent ones say drafts lose (a decayed mean below 1), the class
+   is off: ``can_pay`` is False and the speculator does no drafting work at all (no tree
+   lookups; its sync with the draft store slows), except that every exploration interval
+   (backing off as explorations do) the budget's full grant is tried once as a probe,
+   whose realized speed-up turns the class back on where drafts pay again. The budget's
+   prediction (steps 3-4) can be wrong where both its inputs are noisy (a loaded CPU:
+   measured live, the budget kept granting shallow drafts the live steps did not repay);
+   what drafted steps realized is the check on it.
 `can_pay` bounds a step's gain with the best calibrated bin before any drafting work.
 `AcceptanceStats` keeps the acceptance per draft position; `best_draft_len` is Seer's
 class-level g* from it.
@@ -63,6 +74,10 @@ StepTime = Callable[[int, int], float]
 MIN_NODE_GAIN = 0.05
 # exploration backs off to at most this many times `explore_every` steps
 MAX_EXPLORE_BACKOFF = 16
+# realized speed-ups of drafted steps: the decay of their running mean per batch-size class,
+# and the (decayed) count below which a class is never judged losing
+REALIZED_DECAY = 0.8
+MIN_REALIZED_WEIGHT = 2.0
 
 
 class AcceptanceStats:
@@ -197,7 +212,10 @@ class MarginalBenefitPolicy:
         self._steps = 0  # can_pay calls: one per engine step
         self._last_grant = 0  # the step of the last draft granted
         self.explore_interval = config.explore_every  # backs off while explorations lose
-        self._pending: tuple[int, float, bool] | None = None  # last grant: B, T(B, d), explore
+        # the last grant: B, T(B, d), its kind ("grant", "explore" or "probe", see ``losing``)
+        self._pending: tuple[int, float, str] | None = None
+        # batch-size class -> [decayed sum of drafted steps' realized speed-ups, weight]
+        self._realized: dict[int, list[float]] = {}
 
     def profiled_times(self, batch: int) -> list[float]:
         """The profile's T(batch, g) for g = 0..g_max, made non-decreasing in g (a longer
@@ -223,13 +241,32 @@ class MarginalBenefitPolicy:
         best probability bin's nodes are, some budget must beat T(B, 0). False at large
         batches on a CPU while the trees are unreliable (a cold policy), where a verify step
         costs about what its extra tokens return. Re-decided after every 64 observed
-        drafts; True anyway when an exploration is due."""
+        drafts; True anyway when an exploration is due. False where drafted steps at this
+        batch size realized less than plain ones lately (``losing``) but for a probe every
+        exploration interval."""
         self._steps += 1
+        if self.losing(batch):
+            return self._explore_due()
         cached = self._pays.get(batch)
         num_drafted = self.measured.num_drafted
         if cached is None or self._num_observed - cached[1] >= 64 or num_drafted - cached[2] >= 8:
             cached = self._pays[batch] = (self._can_pay(batch), self._num_observed, num_drafted)
         return cached[0] or self._explore_due()
+
+    def losing(self, batch: int) -> bool:
+        """Whether the budget's drafted steps at about this batch size (its power-of-two
+        class) realized less than plain steps lately: a decayed mean speed-up below 1."""
+        realized = self._realized.get(batch.bit_length())
+        return (
+            realized is not None
+            and realized[1] >= MIN_REALIZED_WEIGHT
+            and realized[0] < realized[1]
+        )
+
+    def realized_speedup(self, batch: int) -> float | None:
+        """The decayed mean realized speed-up of drafted steps in ``batch``'s class."""
+        realized = self._realized.get(batch.bit_length())
+        return realized[0] / realized[1] if realized and realized[1] else None
 
     def _explore_due(self) -> bool:
         return self._steps - self._last_grant >= self.explore_interval
@@ -264,8 +301,12 @@ class MarginalBenefitPolicy:
         the best remaining node of any request); the step's budget is the number n of them
         that maximises expected tokens per second, (B + sum of their calibrated acceptance)
         / T(B, n / B). With one acceptance rate for every node this is Seer's g* * B."""
+        probe = self.losing(batch)  # off here: only a probe of the full budget when due
+        if probe and not self._explore_due():
+            self._pending = None
+            return {}
         if self.padded:
-            return self._allocate_padded(batch, candidates)
+            return self._allocate_padded(batch, candidates, probe)
         order = self._order(candidates)
         times = self.step_times(batch)
         best_n, best_rate, gained = 0, batch / times[0], 0.0
@@ -284,29 +325,32 @@ class MarginalBenefitPolicy:
             best_n, explore = max(1, batch // 8), True  # explore: keep the estimates measured
         taken = order[:best_n]
         profiled = _interp(self.profiled_times(batch), len(taken) / batch)
-        return self._grant(taken, batch, profiled, explore)
+        return self._grant(taken, batch, profiled, _kind(explore, probe))
 
     def _grant(
-        self, nodes: Sequence[tuple[str, float]], batch: int, profiled: float, explore: bool
+        self, nodes: Sequence[tuple[str, float]], batch: int, profiled: float, kind: str
     ) -> dict[str, int]:
         """Draft nodes per request for ``nodes`` in allocation order."""
         grant: dict[str, int] = {}
         for rid, _ in nodes:
             grant[rid] = grant.get(rid, 0) + 1
-        return self._granted(grant, batch, profiled, explore)
+        return self._granted(grant, batch, profiled, kind)
 
     def _granted(
-        self, grant: dict[str, int], batch: int, profiled: float, explore: bool
+        self, grant: dict[str, int], batch: int, profiled: float, kind: str
     ) -> dict[str, int]:
         """Record that this step drafts (exploration is due ``explore_interval`` steps
-        after), and the profile's time for it (``observe_step`` measures it)."""
+        after), and the profile's time for it (``observe_step`` measures it). ``kind``:
+        "grant" (the budget's), "explore" or "probe" (the budget's, in a losing class)."""
         self._last_grant = self._steps
-        self._pending = (batch, profiled, explore)
-        if not explore:
+        self._pending = (batch, profiled, kind)
+        if kind == "grant":
             self.explore_interval = self.config.explore_every
         return grant
 
-    def _allocate_padded(self, batch: int, candidates: Sequence[Candidate]) -> dict[str, int]:
+    def _allocate_padded(
+        self, batch: int, candidates: Sequence[Candidate], probe: bool = False
+    ) -> dict[str, int]:
         """``allocate`` for an engine that pads every row to the longest draft: the depth d
         (nodes per row) that maximises (B + calibrated acceptance of every request's nodes
         down to d) / T(B, d); each request drafts its nodes down to d, less the trailing
@@ -338,8 +382,8 @@ class MarginalBenefitPolicy:
                 return {}
             order = self._order(candidates)[: max(1, batch // 8)]  # explore
             depth = max(sum(1 for r, _ in order if r == rid) for rid, _ in order)
-            return self._grant(order, batch, profiled[depth], True)
-        return self._granted(grant, batch, profiled[max(grant.values())], False)
+            return self._grant(order, batch, profiled[depth], "explore")
+        return self._granted(grant, batch, profiled[max(grant.values())], _kind(False, probe))
 
     def observe_step(
         self,
@@ -356,7 +400,9 @@ class MarginalBenefitPolicy:
         profile's T(B, d); a step without drafts measures the machine against T(B, 0). An
         exploration that measured slower than a plain step doubles the exploration
         interval (up to ``MAX_EXPLORE_BACKOFF`` times ``explore_every``); one that measured
-        faster sets it back to ``explore_every``.
+        faster sets it back to ``explore_every``. A step the budget drafted (not an
+        exploration) adds its realized speed-up to its batch-size class (``losing``); a
+        probe's is judged like an exploration's as well.
 
         ``draft_len``: the step's draft length as this policy prices it (its depth on a
         padded engine, else nodes per row), for a caller that reuses grants (the
@@ -368,15 +414,19 @@ class MarginalBenefitPolicy:
         profiled_times = self.profiled_times(batch)
         profiled = profiled_times[0]
         if draft_len is not None:
-            pending = (batch, _interp(profiled_times, draft_len), False) if draft_len else None
+            pending = (batch, _interp(profiled_times, draft_len), "grant") if draft_len else None
         if pending is None or pending[0] != batch:
             self.measured.plain(seconds, profiled)
             return
-        _, profiled_drafted, explore = pending
+        _, profiled_drafted, kind = pending
         speedup = self.measured.drafted(
             num_tokens / batch, seconds, profiled, profiled_drafted, plain_seconds
         )
-        if not explore:
+        if kind != "explore":
+            realized = self._realized.setdefault(batch.bit_length(), [0.0, 0.0])
+            realized[0] = realized[0] * REALIZED_DECAY + speedup
+            realized[1] = realized[1] * REALIZED_DECAY + 1.0
+        if kind == "grant":
             return
         if speedup < 1.0:
             cap = self.config.explore_every * MAX_EXPLORE_BACKOFF
@@ -423,6 +473,11 @@ class MarginalBenefitPolicy:
             if n < min(len(cand.probs), cap):
                 heapq.heappush(heap, (-gains[rid][n], -cand.probs[n], i, rid))
         return order
+
+
+def _kind(explore: bool, probe: bool) -> str:
+    """A grant's kind for ``observe_step``."""
+    return "explore" if explore else "probe" if probe else "grant"
 
 
 def _interp(values: Sequence[float], x: float) -> float:

@@ -3,8 +3,9 @@
 Every `spec.sync_interval_s` it pushes this generator's new tokens to the store
 (`TokensAppended`, one-way) and pulls what its replicas lack (`SyncDrafts`, a call answered
 with `DraftDeltas`). While the batch is too large for drafts to pay it pushes 10x less
-often and pulls 40x less often (the first pull after catches up). A store that does not
-answer costs drafts, never progress: appends are offered, never awaited (a full queue
+often and pulls only every `LIVENESS_CYCLES` cycles (to see the store is alive); the
+speculator wakes it when drafting turns back on, and that pull catches up. A store that
+does not answer costs drafts, never progress: appends are offered, never awaited (a full queue
 drops them, and they are re-sent later), decoding goes on with what the replicas hold
 (this generator's own requests) and the sync retries; a restarted store is refilled from
 this generator's own copy of its requests (see `DraftClient`).
@@ -35,6 +36,7 @@ from transport.messages import DraftDeltas, TokenAppend, TokensAppended
 REPULL_S = 0.01  # how soon a pull that named groups the store had not opened is repeated
 MAX_REPULLS = 50  # in a row (0.5 s), then the usual pace
 MAX_UNSENT_ENDED = 4096  # ended chunks' appends kept for a store whose queue is full
+LIVENESS_CYCLES = 20  # while not drafting, pull only every this many (slow) cycles
 
 
 class DraftSync:
@@ -53,6 +55,9 @@ class DraftSync:
         self._wake = anyio.Event()
         self.unopened: tuple[str, ...] = ()  # the last pull's groups the store had not opened
         self.unsent_ended: list[TokenAppend] = []  # ended chunks' appends a full queue refused
+        self.num_pulls = 0  # calls to the store (`SyncDrafts`)
+        self.num_cycles = 0  # syncs run (pushes, pulls or neither)
+        speculator.on_resume = self.wake  # drafting turned back on: catch up now
 
     async def run(self) -> None:
         """Push and pull forever (cancelled with the actor); never blocks decoding."""
@@ -62,9 +67,9 @@ class DraftSync:
         for cycle in itertools.count():
             # while drafts cannot pay at the running batch size, push this generator's
             # tokens 10x less often (other generators may be drafting from them) and pull
-            # only every 4th time (decoding siblings' tokens nobody drafts from takes CPU
-            # from the engine; the pull still checks the store is alive, and the first
-            # pull once drafting resumes catches up)
+            # only every `LIVENESS_CYCLES`th time (decoding siblings' tokens nobody drafts
+            # from takes CPU from the engine; that pull checks the store is alive); the
+            # speculator wakes this loop when drafting resumes, and that pull catches up
             # A group new to this generator wakes the loop at once (`wake`): its first
             # pull may bring siblings' tokens or the last rollout's history to draft from,
             # which at the slow pace would arrive after a short request had finished; the
@@ -85,7 +90,11 @@ class DraftSync:
                 await self._wake.wait()
             woken, self._wake = self._wake.is_set(), anyio.Event()
             pull = (
-                woken or repull or self.spec.is_drafting or not self.is_store_ok or cycle % 4 == 0
+                woken
+                or repull
+                or self.spec.is_drafting
+                or not self.is_store_ok
+                or cycle % LIVENESS_CYCLES == 0
             )
             await self.sync_once(pull)
 
@@ -108,6 +117,7 @@ class DraftSync:
 
     async def sync_once(self, pull: bool) -> None:
         cfg = self.spec.config
+        self.num_cycles += 1
         ended, self.unsent_ended = self.unsent_ended, []
         appends = self.client.take_appends()
         request = self.client.sync_message() if pull else None
@@ -120,6 +130,7 @@ class DraftSync:
                 self.num_dropped_appends += 1
             with anyio.fail_after(cfg.store_timeout_s):
                 if request is not None:
+                    self.num_pulls += 1
                     reply = await self.mailbox.call("drafts", 0, request, cfg.store_timeout_s)
                     if isinstance(reply, DraftDeltas):
                         self.client.apply(reply)

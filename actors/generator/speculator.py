@@ -13,13 +13,19 @@ end of `observe` (the engine step and everything speculation adds around it), go
 policy with the step's tokens (`policy.observe_step`), so the budget weighs what drafted
 steps really cost and return (``actors.drafts.measured``). A step that prefilled is not
 measured (its time is not the decode's). The simulator passes the cost model's seconds
-instead of the clock's.
+instead of the clock's. With mode "off" nothing is measured (no policy runs).
+
+While the policy says drafts cannot pay at the running batch size (``is_drafting`` False)
+the speculator does no drafting work: no tree lookups, and its `DraftSync` pushes slowly
+and does not pull. When it turns back on (a probe, an exploration, a smaller batch)
+``on_resume`` is called (the sync pulls at once: the replicas catch up on what siblings
+appended meanwhile; this generator's own tokens were kept and are flushed then).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from actors.drafts.client import DraftClient
@@ -70,6 +76,8 @@ class Speculator:
         self.is_drafting = False  # whether the last step's batch size was worth drafting for
         self._backoff: dict[int, int] = {}
         self._step_start: float | None = None  # when the current step's drafting began
+        self.on_resume: Callable[[], None] | None = None  # drafting turned back on (a sync)
+        self.num_resumes = 0
 
     def start(
         self,
@@ -116,9 +124,13 @@ class Speculator:
         batch = len(decoding_ids)
         # whether drafts could pay at this batch size (then the store sync runs at full
         # rate, also while drafting backs off: the replicas must be fresh when it resumes)
-        self.is_drafting = self.policy.can_pay(batch)
+        was_drafting, self.is_drafting = self.is_drafting, self.policy.can_pay(batch)
         if not self.is_drafting:
             return {}
+        if not was_drafting:
+            self.num_resumes += 1
+            if self.on_resume is not None:
+                self.on_resume()
         skip = self._skip.get(batch, 0)
         if skip > 0:  # drafts did not pay at this batch size lately: no drafting work
             self._skip[batch] = skip - 1
@@ -186,8 +198,8 @@ class Speculator:
         start, self._step_start = self._step_start, None
         if seconds is None and start is not None:
             seconds = time.perf_counter() - start
-        if not decoding:
-            return
+        if not decoding or client is None:
+            return  # mode "off": no policy to tell
         measurable = steps == len(decoding) and not result.num_prefill_tokens
         if seconds is None or not measurable:
             seconds = 0.0  # nothing measured; the policy forgets the step's grant

@@ -85,8 +85,13 @@ def test_drafts_priced_cheap_on_a_costly_engine_are_measured_and_turned_off(
     on, policies = makespan(cost, spec="group", spec_step_times=CHEAP_PROFILE)
     assert off / on >= 0.97  # adaptive speculation within 3% of none
     assert all(p.measured.cost_factor > 10 for p in policies)
-    # the same run with the measurement ignored: the profile's price stands, and drafting
-    # loses (this is what the measured cost prevents)
+    # the measured cost ignored: the profile's price stands, the budget keeps granting,
+    # and the drafted steps' realized speed-ups (below 1) turn drafting off by themselves
     monkeypatch.setattr(measured.MeasuredCost, "cost_factor", property(lambda self: 1.0))
+    realized, policies = makespan(cost, spec="group", spec_step_times=CHEAP_PROFILE)
+    assert off / realized >= 0.95  # 0.965: a probe per batch class, each a loss, backing off
+    assert all(p.realized_speedup(4) is not None and p.losing(4) for p in policies)
+    # both checks ignored: drafting loses (this is what they prevent)
+    monkeypatch.setattr(MarginalBenefitPolicy, "losing", lambda self, batch: False)
     blind, _ = makespan(cost, spec="group", spec_step_times=CHEAP_PROFILE)
     assert off / blind < 0.5
