@@ -27,6 +27,9 @@ import tomli_w
 
 from actors.options import ConfigError as ConfigError  # options and config raise the same
 
+#: the longest path a unix (ipc) socket may have: sizeof(sockaddr_un.sun_path) - 1 on Linux
+IPC_PATH_MAX = 107
+
 DRIVER = "driver"
 CONTROL = "control"
 
@@ -167,6 +170,20 @@ class PipelineConfig:
         if scheme == "ipc":
             return f"ipc://{self.run_dir}/{role}-{index}"
         return f"tcp://{self._host(role, index)}:{self._port(role, index)}"
+
+    def check_ipc_paths(self) -> None:
+        """Refuse, naming `transport.run_dir`, an ipc run whose socket paths are too long for
+        a unix socket (a deep `run_dir` otherwise fails at the first bind, in zmq's words)."""
+        if self.transport.scheme != "ipc":
+            return
+        names = [(DRIVER, 0), (CONTROL, 0), *self.topology.instances()]
+        longest = max((self.address(r, i)[len("ipc://") :] for r, i in names), key=len)
+        if len(longest) > IPC_PATH_MAX:
+            raise ConfigError(
+                f"transport.run_dir: the ipc socket path {longest!r} is {len(longest)} "
+                f"characters, over the {IPC_PATH_MAX} a unix socket allows; choose a shorter "
+                "transport.run_dir"
+            )
 
     def _host(self, role: str, index: int) -> str:
         if role in (DRIVER, CONTROL):

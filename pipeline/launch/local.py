@@ -71,6 +71,7 @@ def _spawn(
 async def launch_local(config: PipelineConfig) -> AsyncIterator[Cluster]:
     """Start every actor as its own process; stop them all on exit."""
     validate_topology(config)
+    config.check_ipc_paths()
     run_dir = make_run_dir(config)  # private (0700): the ipc sockets rely on its mode
     config_path = save_config(config, run_dir / "config.toml")
     transport = zmq_transport(config)

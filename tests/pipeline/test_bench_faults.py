@@ -18,10 +18,15 @@ from pipeline.bench.faults import FAULTS, run
 
 
 @pytest.mark.timeout(300)
-def test_bench_faults_chunk_cases_continue_without_loss(tmp_path: Path) -> None:
+def test_bench_faults_chunk_cases_continue_without_loss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "faults.json"
     faults = ("aborted_chunk", "dropped_result")
-    summary = run(str(out), quick=True, faults=faults, fuzz_frames=0, folder=str(tmp_path))
+    # a relative folder, as the command's default is: its ipc socket paths stay short under
+    # pytest-xdist's deeper tmp_path (a unix socket path has at most 107 characters)
+    monkeypatch.chdir(tmp_path)
+    summary = run(str(out), quick=True, faults=faults, fuzz_frames=0, folder=".")
     assert json.loads(out.read_text()) == summary
     assert not (tmp_path / "reference").exists()  # no seer run for these cases
     aborted, dropped = summary["faults"]["aborted_chunk"], summary["faults"]["dropped_result"]

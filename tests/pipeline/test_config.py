@@ -178,3 +178,29 @@ def test_a_run_toml_nests_the_trainers_options(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"trainer\.seed is set by the run"):
         path.write_text("[trainer]\nseed = 3\n")
         run_config(build_parser().parse_args(["run", "--config", str(path)]))
+
+
+def test_an_ipc_run_dir_too_deep_for_a_unix_socket_is_refused_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    import anyio
+
+    from pipeline.launch.local import launch_local
+
+    deep = tmp_path / ("d" * (110 - len(str(tmp_path))))
+    config = rollout_config(num_generators=2, run_dir=str(deep))  # fine until it is launched
+    with pytest.raises(
+        ConfigError, match=r"transport.run_dir: the ipc socket path .* over the 107"
+    ):
+        config.check_ipc_paths()
+
+    async def go() -> None:
+        async with launch_local(config):
+            pytest.fail("launched")
+
+    with pytest.raises(ConfigError, match=r"choose a shorter transport\.run_dir"):
+        anyio.run(go)
+    assert not deep.exists()  # nothing was made
+    rollout_config(num_generators=2, run_dir=str(tmp_path)).check_ipc_paths()  # short: fine
+    tcp = dataclasses.replace(config.transport, scheme="inproc")
+    dataclasses.replace(config, transport=tcp).check_ipc_paths()  # no unix socket: fine
