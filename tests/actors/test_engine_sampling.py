@@ -107,7 +107,7 @@ def _chi_square(
 
 def _sample(kind: str, drafts: str, seed0: int) -> tuple[dict[tuple[int, ...], int], int]:
     table = _table(kind)
-    engine = make_engine(_model(), max_batch=64, kv_budget_tokens=1024)
+    engine = make_engine(_model(), max_batch=512, kv_budget_tokens=8192)
     params = PARAMS[kind]
     requests = [
         ChunkRequest(

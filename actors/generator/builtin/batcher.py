@@ -61,12 +61,15 @@ class Batcher:
             # make_room would preempt it again at once, dropping the KV it resumed with)
             grow = self.batch.num_decode + is_decode if self.batch.rows else 0
             extra = reserve - (entry.kv.num_tokens if entry is not None else 0) + grow
-            queue = self._queue()
-            evict = self.parked.evict
-            while self.kv_tokens_used() + extra > budget and evict(state.request_id, queue):
-                self.counts["num_parked_evictions"] += 1
             if self.kv_tokens_used() + extra > budget:
-                return  # head of line waits for KV
+                # the queue's order only when something must go (listing a long queue for
+                # every admission made admitting N requests O(N^2))
+                queue = self._queue()
+                evict = self.parked.evict
+                while self.kv_tokens_used() + extra > budget and evict(state.request_id, queue):
+                    self.counts["num_parked_evictions"] += 1
+                if self.kv_tokens_used() + extra > budget:
+                    return  # head of line waits for KV
             self.waiting.popleft()
             self._place(state, entry, reuse, is_decode, reserve)
 
