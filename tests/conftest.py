@@ -62,11 +62,39 @@ XDIST_GROUPS = {
 }
 
 
+#: the modules that take longest (worker seconds, from `make test`'s durations), run first so
+#: that both workers finish together rather than one waiting on a long module picked up last
+SLOWEST_FIRST = (
+    "test_launchers.py",
+    "test_netns_rl.py",
+    "test_netns.py",
+    "test_multihost_launch.py",
+    "test_drafts_integration.py",
+    "test_validate.py",
+    "test_rollout_integration.py",
+    "test_bench_eviction.py",
+    "test_bench_rollout.py",
+    "test_sglang_rollout.py",
+    "test_launch.py",
+    "test_stream_dispatch.py",
+    "test_examples.py",
+    "test_wheel.py",
+    "test_rl_loop.py",
+    "test_engine_sampling.py",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`--dist loadgroup`) each module runs on one worker, as a group of
+    its own unless `XDIST_GROUPS` joins it to others: a module-scoped fixture (a cluster
+    shared by a module's tests) is then built once, not once per worker; the slowest modules
+    go first."""
+    root = config.rootpath
     for item in items:
-        group = XDIST_GROUPS.get(item.path.name)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+        group = XDIST_GROUPS.get(item.path.name) or str(item.path.relative_to(root))
+        item.add_marker(pytest.mark.xdist_group(group))
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files stay whole
 
 
 @pytest.fixture(autouse=True)

@@ -4,6 +4,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import torch
 
@@ -11,7 +12,7 @@ from actors.generator import ChunkRequest, SamplingParams
 from actors.generator.builtin import EngineConfig, TorchEngine
 from actors.model import LlamaModel, ModelOptions
 from pipeline.config import PipelineConfig
-from pipeline.rollout.api import Rollout, rollout_config
+from pipeline.rollout.api import Rollout, RolloutResult, rollout_config
 from tests.pipeline.tiny import TINY_GENERATOR
 from transport.messages import ActorStats, GetStats, PromptSpec, SamplingSpec
 
@@ -36,22 +37,45 @@ def _reference(prompt: tuple[int, ...], n: int) -> tuple[int, ...]:
     raise AssertionError("no result")
 
 
-@pytest.mark.parametrize("policy", ["baseline", "divided", "context_aware", "oracle"])
-async def test_every_sample_once_and_greedy_equals_a_single_engine(
-    tmp_path: Path, policy: str
-) -> None:
-    config = rollout_config(
-        num_generators=2, policy=policy, chunk_size=8, generator=TINY, run_dir=str(tmp_path)
+POLICIES = ("baseline", "divided", "context_aware", "oracle")
+PROMPTS = [
+    PromptSpec(
+        prompt_id=f"q{i}", token_ids=tuple(range(3 + i, 10 + i)), forced_lens=(12, 20, 7, 30)
     )
-    prompts = [
-        PromptSpec(
-            prompt_id=f"q{i}", token_ids=tuple(range(3 + i, 10 + i)), forced_lens=(12, 20, 7, 30)
-        )
-        for i in range(3)
-    ]
+    for i in range(3)
+]
+
+
+@pytest.fixture(scope="module")
+def by_policy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, RolloutResult]:
+    """One rollout per policy (`generate(policy=...)`) on one cluster: its start-up is most
+    of a rollout's cost here."""
+    config = rollout_config(
+        num_generators=2,
+        chunk_size=8,
+        generator=TINY,
+        run_dir=str(tmp_path_factory.mktemp("policies")),
+    )
     sampling = SamplingSpec(temperature=0.0, ignore_eos=True, max_new_tokens=40)
-    async with Rollout(config, mode="local") as rollout:
-        result = await rollout.generate_with_record(prompts, group_size=4, sampling=sampling)
+
+    async def run_all() -> dict[str, RolloutResult]:
+        async with Rollout(config, mode="local") as rollout:
+            return {
+                policy: await rollout.generate_with_record(
+                    PROMPTS, group_size=4, sampling=sampling, policy=policy
+                )
+                for policy in POLICIES
+            }
+
+    return anyio.run(run_all)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_sample_once_and_greedy_equals_a_single_engine(
+    tmp_path: Path, policy: str, by_policy: dict[str, RolloutResult]
+) -> None:
+    prompts, result = PROMPTS, by_policy[policy]
+    assert result.record.policy == policy
     ids = [s.request_id for g in result.groups for s in g.samples]
     assert len(ids) == len(set(ids)) == 12
     for group, prompt in zip(result.groups, prompts, strict=True):
