@@ -56,11 +56,11 @@ lint: setup
 	$(BIN)/ruff check transport actors pipeline tests examples
 	$(BIN)/mypy
 
-# two workers (pytest-xdist): the modules that share fixed tcp ports or network namespaces
-# stay on one worker each (tests/conftest.py); a test that outlives its timeout, even in a
-# C call a signal cannot interrupt, takes its worker down and is reported, not waited on
+# two workers (pytest-xdist), each module on one of them, the slowest first (tests/conftest.py);
+# a test that outlives its timeout, even in a C call that a signal cannot interrupt, takes its
+# worker down and is reported, not waited on
 test: lint
-	$(BIN)/pytest -q -n 2 --dist loadgroup --timeout=300 --timeout-method=thread --durations=15
+	$(BIN)/pytest -q -n 2 --dist loadfile --timeout=300 --timeout-method=thread --durations=15
 
 run: $(STAMP)
 	$(BIN)/seer run

@@ -50,18 +50,6 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-#: modules whose tests must not run at the same time as each other under pytest-xdist
-#: (`make test` runs `-n 2 --dist loadgroup`): the tcp launchers use the config's fixed
-#: `transport.base_port`, and the network-namespace tests add bridges on 10.213.x.0/24
-#: subnets and each start a whole cluster of actors
-XDIST_GROUPS = {
-    "test_launchers.py": "tcp-ports",
-    "test_netns.py": "netns",
-    "test_netns_rl.py": "netns",
-    "test_multihost_launch.py": "netns",
-}
-
-
 #: the modules that take longest (worker seconds, from `make test`'s durations), run first so
 #: that both workers finish together rather than one waiting on a long module picked up last
 SLOWEST_FIRST = (
@@ -85,14 +73,9 @@ SLOWEST_FIRST = (
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`--dist loadgroup`) each module runs on one worker, as a group of
-    its own unless `XDIST_GROUPS` joins it to others: a module-scoped fixture (a cluster
-    shared by a module's tests) is then built once, not once per worker; the slowest modules
-    go first."""
-    root = config.rootpath
-    for item in items:
-        group = XDIST_GROUPS.get(item.path.name) or str(item.path.relative_to(root))
-        item.add_marker(pytest.mark.xdist_group(group))
+    """The slowest modules first. `make test` runs two pytest-xdist workers with `--dist
+    loadfile` (each module on one worker, so a module-scoped fixture, such as a cluster its
+    tests share, is built once), and xdist hands modules out in this order."""
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files stay whole
 

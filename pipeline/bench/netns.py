@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -45,13 +46,22 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
 
 
+def _free_net() -> int:
+    """A random N with no 10.213.N.x address on this host yet: two subnets made at once (by
+    two test workers) then almost never share a /24."""
+    shown = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True, timeout=10)
+    used = {int(m) for m in re.findall(r"inet 10\.213\.(\d+)\.", shown.stdout)}
+    free = [n for n in range(1, 255) if n not in used]
+    return random.choice(free or [random.randrange(1, 255)])
+
+
 @dataclass
 class Subnet:
     """The namespaces, their veth pairs and the bridge; `close()` removes all of it."""
 
     hosts: tuple[str, ...] = HOSTS  # one namespace each
     tag: str = field(default_factory=lambda: f"{random.randrange(16**5):05x}")
-    net: int = field(default_factory=lambda: random.randrange(1, 255))
+    net: int = field(default_factory=_free_net)
     made: list[tuple[str, ...]] = field(default_factory=list)  # undo commands, newest last
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
