@@ -17,9 +17,10 @@ instead of the clock's. With mode "off" nothing is measured (no policy runs).
 
 While the policy says drafts cannot pay at the running batch size (``is_drafting`` False)
 the speculator does no drafting work: no tree lookups, and its `DraftSync` pushes slowly
-and does not pull. When it turns back on (a probe, an exploration, a smaller batch)
-``on_resume`` is called (the sync pulls at once: the replicas catch up on what siblings
-appended meanwhile; this generator's own tokens were kept and are flushed then).
+and pulls only now and then, to see the store is alive (`LIVENESS_CYCLES`). When it turns
+back on (a probe, an exploration, a smaller batch) ``on_resume`` is called (the sync pulls
+at once: the replicas catch up on what siblings appended meanwhile; this generator's own
+tokens were kept and are flushed then).
 """
 
 from __future__ import annotations
