@@ -143,6 +143,7 @@ class DraftClient(DraftSource):
         self._group_of: dict[str, str] = {}
         self._members: dict[str, set[str]] = {}  # group -> its requests running here
         self.store_id = ""  # the store the replicas' cursors refer to
+        self.store_keeps_history = True  # until the store's first reply says otherwise
         self.counters = {
             "synced_tokens": 0,
             "misfit_deltas": 0,
@@ -287,14 +288,19 @@ class DraftClient(DraftSource):
             run.sent = start
             self.counters["resent_appends"] += 1
 
-    def sync_message(self) -> SyncDrafts | None:
-        """What to ask the store for: None in self mode or with nothing running."""
+    def sync_message(self, *, groups: bool = True) -> SyncDrafts | None:
+        """What to ask the store for: None in self mode or with nothing running. Without
+        ``groups`` it names no group (the store sends no tokens): a check that the store is
+        alive and holds what this generator sent, for a generator not drafting now."""
         if self.mode != "group":
             return None
-        groups = sorted({r.group for r in self.running.values()})
-        if not groups:
+        running = sorted({r.group for r in self.running.values()})
+        if not running:
             return None
-        cursors = [GroupCursor(group_id=g, version=self.replicas[g].version) for g in groups]
+        cursors = [
+            GroupCursor(group_id=g, version=self.replicas[g].version)
+            for g in (running if groups else ())
+        ]
         own = [
             SeqLength(group_id=run.group, seq=rid, length=run.sent)
             for rid, run in self.running.items()
@@ -307,6 +313,7 @@ class DraftClient(DraftSource):
             self._settle(request_id, run)
 
     def apply(self, msg: DraftDeltas) -> None:
+        self.store_keeps_history = msg.keeps_history
         if msg.store_id != self.store_id:  # another store: its log versions start afresh
             if self.store_id:
                 self.counters["store_changes"] += 1

@@ -49,6 +49,8 @@ With few running requests (the tail) drafts become top-k multi-path trees.
    prediction (steps 3-4) can be wrong where both its inputs are noisy (a loaded CPU:
    measured live, the budget kept granting shallow drafts the live steps did not repay);
    what drafted steps realized is the check on it.
+   A step that also prefills is not measured, so it is drafted only where drafted
+   decode steps at its batch size realized a speed-up (``drafts_with_prefill``).
 `can_pay` bounds a step's gain with the best calibrated bin before any drafting work.
 `AcceptanceStats` keeps the acceptance per draft position; `best_draft_len` is Seer's
 class-level g* from it.
@@ -216,6 +218,9 @@ class MarginalBenefitPolicy:
         self._pending: tuple[int, float, str] | None = None
         # batch-size class -> [decayed sum of drafted steps' realized speed-ups, weight]
         self._realized: dict[int, list[float]] = {}
+        # whether the last ``can_pay`` found drafts worth it at its batch size (not only an
+        # exploration or a probe being due)
+        self.is_on = True
 
     def profiled_times(self, batch: int) -> list[float]:
         """The profile's T(batch, g) for g = 0..g_max, made non-decreasing in g (a longer
@@ -245,13 +250,17 @@ class MarginalBenefitPolicy:
         batch size realized less than plain ones lately (``losing``) but for a probe every
         exploration interval."""
         self._steps += 1
+        self.is_on = self._is_on(batch)
+        return self.is_on or self._explore_due()
+
+    def _is_on(self, batch: int) -> bool:
         if self.losing(batch):
-            return self._explore_due()
+            return False
         cached = self._pays.get(batch)
         num_drafted = self.measured.num_drafted
         if cached is None or self._num_observed - cached[1] >= 64 or num_drafted - cached[2] >= 8:
             cached = self._pays[batch] = (self._can_pay(batch), self._num_observed, num_drafted)
-        return cached[0] or self._explore_due()
+        return cached[0]
 
     def losing(self, batch: int) -> bool:
         """Whether the budget's drafted steps at about this batch size (its power-of-two
@@ -261,6 +270,21 @@ class MarginalBenefitPolicy:
             realized is not None
             and realized[1] >= MIN_REALIZED_WEIGHT
             and realized[0] < realized[1]
+        )
+
+    def drafts_with_prefill(self, batch: int) -> bool:
+        """Whether to draft in a step that also prefills: only where the budget's drafted
+        decode steps at about this batch size realized a speed-up lately (as ``losing``
+        judges, the other way round). A step that prefills is not measured (its time is not
+        the decode's), so the budget could never learn what drafts in it cost: measured
+        live on the CPU (`seer bench drafts`, 128 prompts), drafted steps that also
+        prefilled took twice the time of those that did not draft, and nothing turned them
+        off."""
+        realized = self._realized.get(batch.bit_length())
+        return (
+            realized is not None
+            and realized[1] >= MIN_REALIZED_WEIGHT
+            and realized[0] > realized[1]
         )
 
     def realized_speedup(self, batch: int) -> float | None:
@@ -509,7 +533,12 @@ class FixedPolicy:
     ) -> None:
         pass  # nothing adapts
 
+    is_on = True  # drafts every step
+
     def can_pay(self, batch: int) -> bool:
+        return True
+
+    def drafts_with_prefill(self, batch: int) -> bool:
         return True
 
     def observe_step(

@@ -3,14 +3,18 @@
 Every `spec.sync_interval_s` it pushes this generator's new tokens to the store
 (`TokensAppended`, one-way) and pulls what its replicas lack (`SyncDrafts`, a call answered
 with `DraftDeltas`). While the batch is too large for drafts to pay it pushes 10x less
-often and pulls only every `LIVENESS_CYCLES` cycles (to see the store is alive); the
-speculator wakes it when drafting turns back on, and that pull catches up. A store that
+often and pulls only every `LIVENESS_CYCLES` cycles (to see the store is alive), and a
+new group does not wake it; the speculator wakes it when drafting turns back on, and that
+pull catches up. (Measured on the CPU, where drafts do not pay: a message to the store per
+new group and per step that ended chunks cost the generators some 5% of their throughput,
+the store taking cores from the engines; `seer bench drafts`.) A store that
 does not answer costs drafts, never progress: appends are offered, never awaited (a full queue
 drops them, and they are re-sent later), decoding goes on with what the replicas hold
 (this generator's own requests) and the sync retries; a restarted store is refilled from
 this generator's own copy of its requests (see `DraftClient`).
 
-A chunk that ends sends its last tokens at once (`push_ended`, one-way), before its result
+A chunk that ends sends its last tokens at once (`push_ended`, one-way; while drafting is
+off and the store keeps no history they go with the next sync instead), before its result
 goes to the scheduler (when the store's queue is full they go first with the next sync:
 their request no longer runs here, so they cannot be re-read from it): the scheduler
 closes a group as soon as its last sample is done, and
@@ -56,8 +60,8 @@ class DraftSync:
         self.unopened: tuple[str, ...] = ()  # the last pull's groups the store had not opened
         self.unsent_ended: list[TokenAppend] = []  # ended chunks' appends a full queue refused
         self.num_pulls = 0  # calls to the store (`SyncDrafts`)
-        self.num_cycles = 0  # syncs run (pushes, pulls or neither)
-        speculator.on_resume = self.wake  # drafting turned back on: catch up now
+        self.num_cycles = 0  # sync cycles run (pushes, pulls or neither)
+        speculator.on_resume = self.catch_up  # drafting turned back on: catch up now
 
     async def run(self) -> None:
         """Push and pull forever (cancelled with the actor); never blocks decoding."""
@@ -65,38 +69,38 @@ class DraftSync:
         woken = False
         repulls = 0
         for cycle in itertools.count():
-            # while drafts cannot pay at the running batch size, push this generator's
-            # tokens 10x less often (other generators may be drafting from them) and pull
-            # only every `LIVENESS_CYCLES`th time (decoding siblings' tokens nobody drafts
-            # from takes CPU from the engine; that pull checks the store is alive); the
+            self.num_cycles += 1
+            # while drafts cannot pay at the running batch size, the loop runs 10x slower
+            # and only every `LIVENESS_CYCLES`th cycle does anything: it pushes this
+            # generator's tokens (other generators may draft from them; a chunk's last
+            # tokens go at its end anyway) and asks the store for no group's tokens, only
+            # whether it is alive (decoding siblings' tokens nobody drafts from, and the
+            # store encoding them, took CPU from the engines: measured on the CPU, where
+            # drafts do not pay, it cost the generators some 10% of their throughput); the
             # speculator wakes this loop when drafting resumes, and that pull catches up
             # A group new to this generator wakes the loop at once (`wake`): its first
             # pull may bring siblings' tokens or the last rollout's history to draft from,
             # which at the slow pace would arrive after a short request had finished; the
-            # interval after a wake is a full-rate one too (`is_drafting` is only decided at
+            # interval after a wake is a full-rate one too (`drafted_lately` is only decided at
             # the group's first decode step, after this sync)
             # A group the store has not opened yet (its `GroupsOpened` comes from the
             # splitter on another connection, and can come after this pull) has no history
             # in it yet: pulled again every `REPULL_S`, up to `MAX_REPULLS` times in a row.
-            active = (self.spec.is_drafting or woken) and self.is_store_ok
+            active = (self.spec.drafted_lately or woken) and self.is_store_ok
             wait_s = cfg.sync_interval_s * (1 if active else 10)
             if woken or not self.unopened:
                 repulls = 0
-            repull = bool(self.unopened) and repulls < MAX_REPULLS
+            repull = bool(self.unopened) and repulls < MAX_REPULLS and active
             if repull:
                 repulls += 1
                 wait_s = min(wait_s, REPULL_S)
             with anyio.move_on_after(wait_s):
                 await self._wake.wait()
             woken, self._wake = self._wake.is_set(), anyio.Event()
-            pull = (
-                woken
-                or repull
-                or self.spec.is_drafting
-                or not self.is_store_ok
-                or cycle % LIVENESS_CYCLES == 0
-            )
-            await self.sync_once(pull)
+            if woken or repull or self.spec.drafted_lately:
+                await self.sync_once(pull=True)
+            elif not self.is_store_ok or cycle % LIVENESS_CYCLES == 0:
+                await self.sync_once(pull=True, groups=False)
 
     def push_ended(self, request_ids: Sequence[str]) -> None:
         """These chunks ended here: offer their last tokens to the store now, ahead of their
@@ -104,7 +108,15 @@ class DraftSync:
         for request_id in request_ids:
             self.client.end(request_id)
         appends = self.client.take_ended()
-        if appends and not self.mailbox.offer("drafts", 0, TokensAppended(appends=appends)):
+        if not appends:
+            return
+        if not self.spec.drafted_lately and not self.client.store_keeps_history:
+            # drafts do not pay here and the store keeps no history: nobody needs them
+            # before the next sync, which sends them first (no message per step now)
+            self.unsent_ended.extend(appends)
+            del self.unsent_ended[:-MAX_UNSENT_ENDED]
+            return
+        if not self.mailbox.offer("drafts", 0, TokensAppended(appends=appends)):
             # the store's queue is full: their request no longer runs here, so `rewind`
             # cannot bring them back; they are kept and go first with the next sync
             self.unsent_ended.extend(appends)
@@ -112,15 +124,24 @@ class DraftSync:
             del self.unsent_ended[:-MAX_UNSENT_ENDED]  # a store gone for good: bounded
 
     def wake(self) -> None:
-        """A new group started here: push and pull now (called on the actor's event loop)."""
+        """A new group started here: push and pull now, while drafting (called on the
+        actor's event loop); while drafts do not pay its tree is not drafted from, and
+        `catch_up` pulls it when drafting resumes."""
+        if self.spec.drafted_lately:
+            self._wake.set()
+
+    def catch_up(self) -> None:
+        """Drafting turned back on: push and pull now."""
         self._wake.set()
 
-    async def sync_once(self, pull: bool) -> None:
+    async def sync_once(self, pull: bool, *, groups: bool = True) -> None:
+        """Push this generator's new tokens; with ``pull``, ask the store for what the
+        replicas lack (``groups``; else only whether it is alive, and how much of each
+        running request it holds)."""
         cfg = self.spec.config
-        self.num_cycles += 1
         ended, self.unsent_ended = self.unsent_ended, []
         appends = self.client.take_appends()
-        request = self.client.sync_message() if pull else None
+        request = self.client.sync_message(groups=groups) if pull else None
         try:
             if ended and not self.mailbox.offer("drafts", 0, TokensAppended(appends=tuple(ended))):
                 self.unsent_ended = ended + self.unsent_ended  # still full: next time again

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 import anyio
@@ -150,6 +150,15 @@ def ended_chunks(
     return ids
 
 
+def will_prefill(engine: Engine, decoding: Sequence[str]) -> bool:
+    """Whether the engine's next step likely prefills: a running row is not decoding yet
+    (its prompt is mid-prefill), or a waiting request has a free slot to be admitted to."""
+    load = engine.load()
+    return load.num_running > len(decoding) or (
+        load.num_waiting > 0 and load.num_running < load.max_running
+    )
+
+
 class LocalDriver:
     """An `Engine` stepped in this process (see the module)."""
 
@@ -268,7 +277,7 @@ class LocalDriver:
                 start = time.time()
                 if self.spec is not None and isinstance(engine, SpeculativeEngine):
                     decoding = engine.decoding_request_ids()
-                    drafts = self.spec.drafts(decoding)
+                    drafts = self.spec.drafts(decoding, prefill=will_prefill(engine, decoding))
                     result = await anyio.to_thread.run_sync(self._timed, engine.step, drafts)
                     self.spec.observe(result, decoding)
                 else:

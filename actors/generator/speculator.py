@@ -15,12 +15,15 @@ steps really cost and return (``actors.drafts.measured``). A step that prefilled
 measured (its time is not the decode's). The simulator passes the cost model's seconds
 instead of the clock's. With mode "off" nothing is measured (no policy runs).
 
-While the policy says drafts cannot pay at the running batch size (``is_drafting`` False)
-the speculator does no drafting work: no tree lookups, and its `DraftSync` pushes slowly
-and pulls only now and then, to see the store is alive (`LIVENESS_CYCLES`). When it turns
-back on (a probe, an exploration, a smaller batch) ``on_resume`` is called (the sync pulls
-at once: the replicas catch up on what siblings appended meanwhile; this generator's own
-tokens were kept and are flushed then).
+While the policy says drafts cannot pay at the running batch size (``is_drafting`` False:
+its class is off, or the step also prefills where drafted steps have not shown a gain) the
+speculator does no drafting work: no tree lookups. After `RECENT_STEPS` such steps
+(``drafted_lately`` False) its `DraftSync` goes quiet: it pushes and checks the store is
+alive only now and then, and new groups do not wake it. An exploration or a probe in a
+class that is off drafts from the replicas as they are; when drafting turns back on after
+such a pause (the class is on again, a smaller batch) ``on_resume`` is called (the sync
+pulls at once: the replicas catch up on what siblings appended meanwhile; this
+generator's own tokens were kept and are flushed then).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from actors.drafts.policy import Candidate, SpecPolicy, StepTime, make_draft_pol
 from actors.drafts.source import DraftSource
 from actors.generator.engine import Draft, StepResult
 from transport.messages import SpecStats
+
+RECENT_STEPS = 16  # steps without drafting after which the draft sync slows down
 
 
 @dataclass
@@ -74,7 +79,11 @@ class Speculator:
             "num_accepted_tokens": 0,
         }
         self._skip: dict[int, int] = {}  # batch size -> steps to skip drafting
-        self.is_drafting = False  # whether the last step's batch size was worth drafting for
+        # whether the last step could draft: its batch size worth drafting for, and not a
+        # step that also prefills where that does not pay (until the first step decides:
+        # yes, so that a fresh generator's first groups are pulled at once)
+        self.is_drafting = True
+        self.steps_off = 0  # steps since the last one that could draft
         self._backoff: dict[int, int] = {}
         self._step_start: float | None = None  # when the current step's drafting began
         self.on_resume: Callable[[], None] | None = None  # drafting turned back on (a sync)
@@ -116,7 +125,10 @@ class Speculator:
         if self.client is not None:
             self.client.forget(request_ids)
 
-    def drafts(self, decoding_ids: Sequence[str]) -> dict[str, Draft]:
+    def drafts(self, decoding_ids: Sequence[str], *, prefill: bool = False) -> dict[str, Draft]:
+        """``prefill``: the step will also prefill (admit or continue a prompt); then it
+        drafts only where the policy's measured drafted steps say drafts pay
+        (``drafts_with_prefill``)."""
         self._step_start = time.perf_counter()
         self._drafted = {}
         client = self.client
@@ -125,13 +137,22 @@ class Speculator:
         batch = len(decoding_ids)
         # whether drafts could pay at this batch size (then the store sync runs at full
         # rate, also while drafting backs off: the replicas must be fresh when it resumes)
-        was_drafting, self.is_drafting = self.is_drafting, self.policy.can_pay(batch)
-        if not self.is_drafting:
-            return {}
-        if not was_drafting:
+        # an exploration or a probe due in a class that is off drafts this step from the
+        # replicas as they are: it does not turn drafting (and the store's full-rate sync)
+        # back on; only the class turning on does (measured on the CPU: a catch-up pull of
+        # every running group at each exploration cost more than the explorations)
+        pays = self.policy.can_pay(batch)
+        if prefill and not self.policy.drafts_with_prefill(batch):
+            pays = False
+        was_drafting = self.drafted_lately
+        self.is_drafting = self.policy.is_on and pays
+        self.steps_off = 0 if self.is_drafting else self.steps_off + 1
+        if self.is_drafting and not was_drafting:
             self.num_resumes += 1
             if self.on_resume is not None:
                 self.on_resume()
+        if not pays:
+            return {}
         skip = self._skip.get(batch, 0)
         if skip > 0:  # drafts did not pay at this batch size lately: no drafting work
             self._skip[batch] = skip - 1
@@ -205,6 +226,14 @@ class Speculator:
         if seconds is None or not measurable:
             seconds = 0.0  # nothing measured; the policy forgets the step's grant
         self.policy.observe_step(len(decoding), tokens, seconds, plain_seconds=plain_seconds)
+
+    @property
+    def drafted_lately(self) -> bool:
+        """Whether one of the last `RECENT_STEPS` steps could draft: the draft sync runs at
+        full rate, and drafting that turns on again after longer calls ``on_resume``. (Per
+        step, drafting flips with the batch size and with steps that also prefill; a
+        catch-up pull of every running group at each flip cost more than drafts saved.)"""
+        return self.steps_off < RECENT_STEPS
 
     @property
     def mean_accept_len(self) -> float:

@@ -21,7 +21,7 @@ from actors.drafts.suffix_tree import SpecResult
 from actors.generator import ChunkRequest, SamplingParams
 from actors.generator.builtin import EngineConfig, TorchEngine
 from actors.generator.draft_sync import LIVENESS_CYCLES, DraftSync
-from actors.generator.speculator import Speculator
+from actors.generator.speculator import RECENT_STEPS, Speculator
 from actors.model import LlamaModel, ModelOptions
 from tests.actors.test_draft_policy import cheap, costly, drive, trusted
 from tests.actors.test_draft_sync import PROMPT, opened, store_config
@@ -70,7 +70,8 @@ class CountingSource(DraftClient):
 def test_an_off_class_does_no_drafting_work_and_samples_stay_plain() -> None:
     """A real engine whose drafted steps take 5x a plain one (the clock replaced by fixed
     seconds): after the first few, the speculator stops looking drafts up but for the
-    probes, each of which calls `on_resume` once; samples are plain decoding's."""
+    probes, none of which calls `on_resume` (the class stays off); samples are plain
+    decoding's."""
     model = LlamaModel.random(ModelOptions(**TINY_GENERATOR["model"]).config(), seed=0)
     cfg = EngineConfig(max_batch=8, profile=False, num_threads=1)
     prompt = tuple(range(5, 14))
@@ -110,7 +111,11 @@ def test_an_off_class_does_no_drafting_work_and_samples_stay_plain() -> None:
     assert spec.policy.losing(6)
     late = lookups[len(lookups) // 2 :]  # long after it turned off
     assert sum(1 for n in late if n) <= len(late) // 16 + 1  # probes only
-    assert len(resumes) == spec.num_resumes >= 2  # on at the start, and a probe later
+    # on from the start; the probes draft from the replicas as they are, without turning
+    # drafting (and the store's full-rate sync) back on: drafting resumes (`on_resume`)
+    # far fewer times than it drafts (a probe that realized a gain may turn its class on)
+    drafted = sum(1 for n in lookups if n)
+    assert len(resumes) == spec.num_resumes <= 1 < drafted // 4
 
 
 @pytest.mark.anyio
@@ -129,6 +134,8 @@ async def test_while_off_the_sync_does_not_pull_and_catches_up_when_drafting_res
         assert isinstance(spec.client, DraftClient)
         sync = DraftSync(spec, mailbox, structlog.get_logger())
         spec.start("a", "r1:g0", 0, PROMPT, (), is_probe=False)
+        sync.wake()  # a new group, before any step decided: pulled at once
+        spec.steps_off = RECENT_STEPS  # then steps at a batch size where drafts do not pay
         with anyio.fail_after(20):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(sync.run)

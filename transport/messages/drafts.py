@@ -82,6 +82,10 @@ class DraftDeltas(Message):
     # named groups whose `GroupsOpened` the store has not had yet (unknown, or known only
     # from appends): their history, if any, comes with it
     unopened: tuple[str, ...] = ()
+    # whether the store keeps closed groups as history (a generator not drafting then
+    # still sends a chunk's last tokens ahead of its result; else they wait for its next
+    # sync); True from a store that does not say (the safe side)
+    keeps_history: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
