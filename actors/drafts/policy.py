@@ -272,6 +272,12 @@ class MarginalBenefitPolicy:
             and realized[0] < realized[1]
         )
 
+    @property
+    def granted(self) -> bool:
+        """Whether the last ``allocate`` drafted the budget's own grant (not an exploration
+        or a probe in a class that is off)."""
+        return self._pending is not None and self._pending[2] == "grant"
+
     def drafts_with_prefill(self, batch: int) -> bool:
         """Whether to draft in a step that also prefills: only where the budget's drafted
         decode steps at about this batch size realized a speed-up lately (as ``losing``
@@ -534,6 +540,7 @@ class FixedPolicy:
         pass  # nothing adapts
 
     is_on = True  # drafts every step
+    granted = True
 
     def can_pay(self, batch: int) -> bool:
         return True

@@ -26,6 +26,8 @@ after the close, and a short rollout's history lacked its ends or was empty.
 from __future__ import annotations
 
 import itertools
+import math
+import time
 from collections.abc import Sequence
 
 import anyio
@@ -41,6 +43,9 @@ REPULL_S = 0.01  # how soon a pull that named groups the store had not opened is
 MAX_REPULLS = 50  # in a row (0.5 s), then the usual pace
 MAX_UNSENT_ENDED = 4096  # ended chunks' appends kept for a store whose queue is full
 LIVENESS_CYCLES = 20  # while not drafting, pull only every this many (slow) cycles
+# while not drafting, lookups (explorations, a budget that grants nothing) catch the
+# replicas up at most once per this many sync intervals (2 s at the default 50 ms)
+CATCH_UP_INTERVALS = 40
 
 
 class DraftSync:
@@ -60,6 +65,7 @@ class DraftSync:
         self.unopened: tuple[str, ...] = ()  # the last pull's groups the store had not opened
         self.unsent_ended: list[TokenAppend] = []  # ended chunks' appends a full queue refused
         self.num_pulls = 0  # calls to the store (`SyncDrafts`)
+        self.last_pull_at = -math.inf  # when a pull last named the running groups
         self.num_cycles = 0  # sync cycles run (pushes, pulls or neither)
         speculator.on_resume = self.catch_up  # drafting turned back on: catch up now
 
@@ -131,8 +137,11 @@ class DraftSync:
             self._wake.set()
 
     def catch_up(self) -> None:
-        """Drafting turned back on: push and pull now."""
-        self._wake.set()
+        """Drafts are looked up again after a pause: push and pull now, unless a pull
+        naming the groups went out within the last `CATCH_UP_INTERVALS` sync intervals."""
+        wait_s = CATCH_UP_INTERVALS * self.spec.config.sync_interval_s
+        if time.monotonic() - self.last_pull_at >= wait_s:
+            self._wake.set()
 
     async def sync_once(self, pull: bool, *, groups: bool = True) -> None:
         """Push this generator's new tokens; with ``pull``, ask the store for what the
@@ -152,6 +161,8 @@ class DraftSync:
             with anyio.fail_after(cfg.store_timeout_s):
                 if request is not None:
                     self.num_pulls += 1
+                    if request.groups:
+                        self.last_pull_at = time.monotonic()
                     reply = await self.mailbox.call("drafts", 0, request, cfg.store_timeout_s)
                     if isinstance(reply, DraftDeltas):
                         self.client.apply(reply)

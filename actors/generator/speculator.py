@@ -135,28 +135,27 @@ class Speculator:
         if client is None or not decoding_ids:
             return {}
         batch = len(decoding_ids)
-        # whether drafts could pay at this batch size (then the store sync runs at full
-        # rate, also while drafting backs off: the replicas must be fresh when it resumes)
-        # an exploration or a probe due in a class that is off drafts this step from the
-        # replicas as they are: it does not turn drafting (and the store's full-rate sync)
-        # back on; only the class turning on does (measured on the CPU: a catch-up pull of
-        # every running group at each exploration cost more than the explorations)
+        # ``is_drafting``: this step drafts the budget's own grant (an exploration or a probe
+        # does not count: measured on the CPU, a class predicted to pay that granted
+        # nothing, or an exploration, kept the store's sync at full rate, its messages
+        # costing the generators more than the explorations); a step that looks drafts up
+        # after `RECENT_STEPS` without asks the sync to catch the replicas up first
+        # (`on_resume`; the sync does so at most once per slow interval)
+        self.is_drafting = False
         pays = self.policy.can_pay(batch)
         if prefill and not self.policy.drafts_with_prefill(batch):
             pays = False
-        was_drafting = self.drafted_lately
-        self.is_drafting = self.policy.is_on and pays
-        self.steps_off = 0 if self.is_drafting else self.steps_off + 1
-        if self.is_drafting and not was_drafting:
+        skip = self._skip.get(batch, 0)
+        if pays and skip > 0:  # drafts did not pay at this batch size lately: no work
+            self._skip[batch] = skip - 1
+            pays = False
+        if not pays:
+            self.steps_off += 1
+            return {}
+        if not self.drafted_lately:
             self.num_resumes += 1
             if self.on_resume is not None:
                 self.on_resume()
-        if not pays:
-            return {}
-        skip = self._skip.get(batch, 0)
-        if skip > 0:  # drafts did not pay at this batch size lately: no drafting work
-            self._skip[batch] = skip - 1
-            return {}
         paths, max_nodes = self.policy.paths(batch), self.policy.max_nodes(batch)
         specs = {}
         candidates = []
@@ -170,6 +169,8 @@ class Speculator:
             stats = self.chunks.get(rid)
             candidates.append(Candidate(rid, stats is not None and stats.is_probe, res.probs))
         grant = self.policy.allocate(batch, candidates)
+        self.is_drafting = bool(grant) and self.policy.granted
+        self.steps_off = 0 if self.is_drafting else self.steps_off + 1
         # back off exponentially (up to 16 steps, the policy's exploration interval) while
         # the policy keeps granting nothing
         self._backoff[batch] = min(2 * self._backoff.get(batch, 1), 16) if not grant else 1

@@ -2,8 +2,9 @@
 drafts`, 128 prompts): with speculation on but drafting nothing, the draft sync's messages
 and the store's work for them cost the generators 8-25% of their throughput, while the
 same speculator without a sync cost none. So, while a generator is not drafting:
-- a new group does not wake the sync, and only drafting turning on again after
-  `RECENT_STEPS` steps without drafts calls for a catch-up pull;
+- the sync runs at full rate only while the budget's own grants are drafted (not its
+  explorations); a new group does not wake it, and drafts looked up after `RECENT_STEPS`
+  steps without ask for a catch-up pull, at most one per `CATCH_UP_INTERVALS`;
 - the sync pushes and checks the store is alive only every `LIVENESS_CYCLES` slow cycles,
   and that check names no group (the store sends no tokens);
 - an ended chunk's last tokens wait for that sync, unless the store keeps history;
@@ -12,6 +13,7 @@ and a pull that does carry tokens sends each sequence's run of appends as one en
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import anyio
@@ -25,7 +27,7 @@ from actors.drafts.policy import MarginalBenefitPolicy
 from actors.drafts.store import DraftStore, coalesce
 from actors.generator import ChunkRequest, SamplingParams
 from actors.generator.builtin import EngineConfig, TorchEngine
-from actors.generator.draft_sync import LIVENESS_CYCLES, DraftSync
+from actors.generator.draft_sync import CATCH_UP_INTERVALS, LIVENESS_CYCLES, DraftSync
 from actors.generator.drivers import will_prefill
 from actors.generator.speculator import RECENT_STEPS, Speculator
 from actors.model import LlamaModel, ModelOptions
@@ -162,6 +164,13 @@ class Recording(Mailbox):
         return await self.inner.call(role, index, msg, timeout)
 
 
+class Unreachable(Mailbox):
+    """No store at all: for what the sync decides before it sends anything."""
+
+    def __init__(self) -> None:
+        pass
+
+
 def no_history_store(tmp_path: Path) -> PipelineConfig:
     group = ActorGroup(role="drafts", kind="drafts", options={"keep_history": False})
     return PipelineConfig(
@@ -211,3 +220,15 @@ async def test_a_generator_not_drafting_sends_the_store_almost_nothing(tmp_path:
                 assert ("b", (4, 5, 6)) in [(a.request_id, a.token_ids) for a in pushed]
                 assert len(mailbox.offers) <= 3  # a push per liveness cycle, not one per cycle
                 tg.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_catch_ups_while_quiet_are_at_most_one_pull_per_interval() -> None:
+    spec = Speculator(SpecConfig(budget="fixed"), lambda b, g: 1.0)
+    sync = DraftSync(spec, Unreachable(), structlog.get_logger())
+    sync.last_pull_at = time.monotonic()  # a pull naming the groups just went out
+    sync.catch_up()
+    assert not sync._wake.is_set()
+    sync.last_pull_at -= CATCH_UP_INTERVALS * spec.config.sync_interval_s
+    sync.catch_up()
+    assert sync._wake.is_set()
