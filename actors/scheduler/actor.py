@@ -245,6 +245,7 @@ class SchedulerActor(TurnTaking):
             starvation_s=self.opts.starvation_s,
             starvation_every=self.opts.starvation_every,
             long_band=self.opts.long_band,
+            probe_first=self.opts.probe_first,
         )
         core = SchedulerCore(
             policy,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from actors.options import check, check_choice, check_positive
-from actors.scheduler.policy import LONG_BAND, POLICY_NAMES
+from actors.scheduler.policy import LONG_BAND, POLICY_NAMES, PROBE_FIRST, PROBE_FIRST_RULES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,6 +25,9 @@ class SchedulerOptions:
     least the generation limit / `long_band` together, served among themselves in FIFO
     order (divided's), and the rest longest estimate first (1.0 = Seer's strict
     longest-first; `ContextAware`; the default, `LONG_BAND`, was measured in the simulator).
+    `probe_first`: when context-aware serves a group's probe ahead of everyone: "always"
+    (Seer's), "unknown" (only while its group has no length estimate: no prior, no
+    finished sibling), "never" (ranked by its group's estimate like its siblings).
     `health_interval_s`: how often generators with work are asked for their
     load (during a rollout lost generators are probed at the same pace: one that answers
     with the current weights is back; one with older weights gets them from the trainer
@@ -62,6 +65,7 @@ class SchedulerOptions:
     starvation_s: float = 60.0
     starvation_every: int = 8
     long_band: float = LONG_BAND
+    probe_first: str = PROBE_FIRST
     health_interval_s: float = 1.0
     health_timeout_s: float = 3.0
     republish_timeout_s: float = 300.0
@@ -77,6 +81,7 @@ class SchedulerOptions:
 
     def __post_init__(self) -> None:
         check_choice(self, "policy", POLICY_NAMES)
+        check_choice(self, "probe_first", PROBE_FIRST_RULES)
         check_positive(
             self,
             "chunk_size",

@@ -35,7 +35,12 @@ after ``starvation_s`` and turned context-aware into FIFO).
   off) that ranks a truly long group under shorter ones makes that group's requests wait
   for KV in the middle of the rollout, and the longest of them sets the makespan; in the
   band no long group waits behind another. `seer sim seer --epochs` measured it
-  (docs/simulator.md).
+  (docs/simulator.md). ``probe_first`` (``PROBE_FIRST_RULES``): "always" is Seer's (every
+  probe ahead of every non-probe, fewest generated first); beyond Seer, a probe not put
+  ahead ranks by its group's estimate like its siblings: "unless_prior" puts it ahead
+  unless its group had an estimate before any of its requests ran (a prior: nothing can
+  have finished yet), so a rollout without priors is ordered as Seer's; "unknown" only
+  while its group has no estimate (no prior, no finished sibling); "never" not at all.
 - ``Oracle``: longest true remaining length first (true lengths given; comparison only).
 """
 
@@ -50,6 +55,8 @@ from actors.scheduler.state import RequestState
 __all__ = [
     "LONG_BAND",
     "POLICY_NAMES",
+    "PROBE_FIRST",
+    "PROBE_FIRST_RULES",
     "ContextAware",
     "Divided",
     "GroupRoundRobin",
@@ -64,6 +71,11 @@ __all__ = [
 #: workloads in `seer sim seer --epochs`, where the strict order (1.0) lost to divided
 #: by up to 5% (docs/simulator.md)
 LONG_BAND = 2.0
+
+#: when context-aware serves a group's probe ahead of everyone (``ContextAware``)
+PROBE_FIRST_RULES = ("always", "unless_prior", "unknown", "never")
+#: the live default ``probe_first`` (``SchedulerOptions``, ``RunConfig``): Seer's
+PROBE_FIRST = "always"
 
 
 def _fifo_key(req: RequestState) -> tuple[float, int]:
@@ -164,11 +176,14 @@ class ContextAware(Policy):
         starvation_s: float = 5.0,
         starvation_every: int = 8,
         long_band: float = 1.0,
+        probe_first: str = "always",
     ) -> None:
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if not long_band >= 1.0:
             raise ValueError(f"long_band must be >= 1, got {long_band}")
+        if probe_first not in PROBE_FIRST_RULES:
+            raise ValueError(f"probe_first must be one of {PROBE_FIRST_RULES}, got {probe_first!r}")
         if starvation_s <= 0:
             raise ValueError(f"starvation_s must be > 0, got {starvation_s}")
         if starvation_every < 1:
@@ -177,12 +192,20 @@ class ContextAware(Policy):
         self.starvation_s = starvation_s
         self.starvation_every = starvation_every
         self.long_band = long_band
+        self.probe_first = probe_first
         # estimates at or above this share the top rank (FIFO among them)
         self._band_floor = max_new_tokens / long_band
         self._estimates: dict[str, int] = {}
+        self._started: set[str] = set()  # groups with a request picked for a chunk
+        self._with_prior: set[str] = set()  # groups estimated before any request ran
+
+    def remove(self, req: RequestState) -> None:
+        self._started.add(req.group_id)
 
     def update_estimate(self, group_id: str, estimate: int) -> None:
         self._estimates[group_id] = estimate
+        if group_id not in self._started:
+            self._with_prior.add(group_id)
 
     def estimate(self, group_id: str) -> int:
         """L[g]: the longest finished sibling, or the generation limit before any finished."""
@@ -191,8 +214,22 @@ class ContextAware(Policy):
     def length_estimate(self, group_id: str) -> int | None:
         return self.estimate(group_id)
 
+    def has_estimate(self, group_id: str) -> bool:
+        """Whether the group has an estimate (a prior or a finished sibling), not the limit
+        by default."""
+        return group_id in self._estimates
+
+    def is_probe_first(self, req: RequestState) -> bool:
+        """Whether ``req`` is a probe served ahead of everyone (``probe_first``)."""
+        rule = self.probe_first
+        if not req.is_probe or rule == "never":
+            return False
+        if rule == "unless_prior":
+            return req.group_id not in self._with_prior
+        return rule == "always" or not self.has_estimate(req.group_id)
+
     def rank(self, req: RequestState) -> tuple[Any, ...]:
-        if req.is_probe:
+        if self.is_probe_first(req):
             return (0, req.generated, *_fifo_key(req))
         estimate = self.estimate(req.group_id)
         if estimate >= self._band_floor:  # the long band: one rank, FIFO inside
@@ -233,15 +270,16 @@ def make_policy(
     starvation_s: float = 5.0,
     starvation_every: int = 8,
     long_band: float = 1.0,
+    probe_first: str = "always",
 ) -> Policy:
-    """A policy by its name: one of ``POLICY_NAMES`` (``long_band``: context-aware's,
-    ``ContextAware``)."""
+    """A policy by its name: one of ``POLICY_NAMES`` (``long_band``, ``probe_first``:
+    context-aware's, ``ContextAware``)."""
     if name == "baseline":
         return GroupRoundRobin(num_instances)
     if name == "divided":
         return Divided()
     if name == "context_aware":
-        return ContextAware(max_new_tokens, starvation_s, starvation_every, long_band)
+        return ContextAware(max_new_tokens, starvation_s, starvation_every, long_band, probe_first)
     if name == "oracle":
         if true_lengths is None:
             raise ValueError("the 'oracle' policy needs true_lengths")

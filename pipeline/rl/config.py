@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from actors.generator import GeneratorOptions
 from actors.model import ModelOptions
-from actors.scheduler.policy import LONG_BAND, POLICY_NAMES
+from actors.scheduler.policy import LONG_BAND, POLICY_NAMES, PROBE_FIRST, PROBE_FIRST_RULES
 from actors.trainer.options import TrainerOptions
 from pipeline.config import ActorGroup, ConfigError, PipelineConfig, Topology, TransportConfig
 from pipeline.launch.ray import RayResources
@@ -159,6 +159,11 @@ class RunConfig:
     #: estimate with error (the prior's) otherwise ranks some truly long groups under shorter
     #: ones, and their requests wait for KV (docs/simulator.md, `seer sim seer --epochs`)
     long_band: float = LONG_BAND
+    #: when context-aware serves a group's probe (its first sample) ahead of everyone (the
+    #: scheduler's `probe_first`): "always" (Seer's), "unknown" (only while the group has
+    #: no length estimate: no prior, no finished sibling; otherwise ranked like its
+    #: siblings), "never" (docs/simulator.md, `seer sim seer --epochs`)
+    probe_first: str = PROBE_FIRST
     #: the draft store keeps each prompt's responses as drafts for its next group (the
     #: store's `keep_history`; with grouped speculation). Off by default: it pays only where
     #: prompts recur (simulated: docs/simulator.md), and the store keeps the responses of
@@ -175,6 +180,11 @@ class RunConfig:
             raise ValueError("RunConfig.num_environments must be >= 1")
         if not self.long_band >= 1.0:
             raise ValueError(f"RunConfig.long_band must be >= 1, got {self.long_band}")
+        if self.probe_first not in PROBE_FIRST_RULES:
+            raise ValueError(
+                f"RunConfig.probe_first must be one of {PROBE_FIRST_RULES}, "
+                f"got {self.probe_first!r}"
+            )
         if self.trainer_ranks > 1 and self.mode == "inprocess":
             raise ValueError(
                 "RunConfig.trainer_ranks > 1 needs a process per rank: mode 'local', 'ray' or "
@@ -336,7 +346,11 @@ def rl_topology(cfg: RunConfig, model_path: str, task: Task | None = None) -> Pi
         chunk_size=cfg.chunk_size,
         generator=gen_table,
         # direct dispatch scores where samples finish
-        scheduler={"scorer": cfg.scorer, "long_band": cfg.long_band},
+        scheduler={
+            "scorer": cfg.scorer,
+            "long_band": cfg.long_band,
+            "probe_first": cfg.probe_first,
+        },
         estimator={"use_prior": cfg.length_prior},
         drafts={"keep_history": cfg.draft_history},
         environments=cfg.num_environments if episode_spec(task) is not None else 0,

@@ -21,8 +21,12 @@ Study variants (``STUDY``): ``ca_prior_strict`` (the prior with Seer's strict
 longest-first order, no band), ``ca_band`` (the band without the prior),
 ``ca_prior_until_finished`` (the prior dropped when the first sibling finishes),
 ``ca_extrapolated`` (epoch 1's best estimator without history,
-``pipeline.sim.estimators``) and ``ca_group_max_known`` (``pipeline.sim.gap``'s
-``TrueGroupMax``: every group's true longest known from the start, the ceiling). In
+``pipeline.sim.estimators``), ``ca_prior_probe_unless_prior``, ``ca_prior_probe_unknown``
+and ``ca_prior_probe_never`` (``context_aware_prior`` with ``ContextAware``'s
+``probe_first`` rule of that name, ``PROBE_FIRST_STUDY``: a probe goes first unless its
+group has a prior, only while its group has no estimate, or never) and
+``ca_group_max_known`` (``pipeline.sim.gap``'s ``TrueGroupMax``: every group's true
+longest known from the start, the ceiling). In
 epoch 1 the prior policies without the band have nothing to remember: they are reported
 as their twins' runs (``same_run_as``), and their estimators learn the priors from the
 epoch's lengths; those with the band run (their order differs).
@@ -54,7 +58,15 @@ from pipeline.sim.gap import TrueGroupMax
 from pipeline.sim.simulator import SimConfig, SimRequest, simulate
 from pipeline.sim.workload import SEER_WORKLOADS, EpochModel, epoch_requests, rank_churn
 
-__all__ = ["BANDED", "EPOCH_POLICIES", "RHYME_PUBLISHED", "STUDY", "run", "run_workload"]
+__all__ = [
+    "BANDED",
+    "EPOCH_POLICIES",
+    "PROBE_FIRST_STUDY",
+    "RHYME_PUBLISHED",
+    "STUDY",
+    "run",
+    "run_workload",
+]
 
 # policy -> (scheduler policy, speculation, KV pool, estimator kind)
 EPOCH_POLICIES: dict[str, tuple[str, str, str, str]] = {
@@ -71,11 +83,27 @@ STUDY: dict[str, tuple[str, str, str, str]] = {
     "ca_band": ("context_aware", "off", "global", "fresh"),
     "ca_prior_until_finished": ("context_aware", "off", "global", "prior_until_finished"),
     "ca_extrapolated": ("context_aware", "off", "global", "extrapolated"),
+    "ca_prior_probe_unless_prior": ("context_aware", "off", "global", "prior"),
+    "ca_prior_probe_unknown": ("context_aware", "off", "global", "prior"),
+    "ca_prior_probe_never": ("context_aware", "off", "global", "prior"),
     # the ceiling of any group estimate: L[g] = the group's true longest from the start
     "ca_group_max_known": ("context_aware", "off", "global", "known"),
 }
-# the policies ranked with the live default long band (the others: Seer's strict order)
-BANDED = ("context_aware_prior", "seer_history", "ca_band")
+# the policies ranked with the live default long band and probe rule (the others: Seer's
+# strict order, probes always first), but for PROBE_FIRST_STUDY's own probe rules
+BANDED = (
+    "context_aware_prior",
+    "seer_history",
+    "ca_band",
+    "ca_prior_probe_unless_prior",
+    "ca_prior_probe_unknown",
+    "ca_prior_probe_never",
+)
+PROBE_FIRST_STUDY = {
+    "ca_prior_probe_unless_prior": "unless_prior",
+    "ca_prior_probe_unknown": "unknown",
+    "ca_prior_probe_never": "never",
+}
 # in epoch 1 (no priors, no history) these runs are their twin's, run again: the twin's
 # result is reported, and the estimator learns its priors from the epoch's true lengths
 # (what the run would have fed it)
@@ -131,6 +159,7 @@ def run_workload(
     with_history = measure_history_acceptance(history=w.group_size)
     makers = _estimators(w.max_output)
     band = SchedulerOptions().long_band if long_band is None else long_band
+    probe_first = SchedulerOptions().probe_first
     kept: dict[str, LengthEstimator] = {}  # the prior policies' estimators, across epochs
     out: list[dict[str, Any]] = []
     before: list[SimRequest] | None = None
@@ -160,6 +189,7 @@ def run_workload(
                 spec=spec,  # type: ignore[arg-type]
                 seed=seed,
                 long_band=band if pol in BANDED else 1.0,
+                probe_first=PROBE_FIRST_STUDY.get(pol, probe_first if pol in BANDED else "always"),
             )
             policy = _known(reqs, w.max_output, cfg) if kind == "known" else None
             res = simulate(
@@ -182,6 +212,7 @@ def run_workload(
                 "estimate_bias": mt["estimate_bias"],
                 "sim_cpu_s": res.cpu_s,
                 "long_band": cfg.long_band,
+                "probe_first": cfg.probe_first,
             }
             if console:
                 err = mt["estimate_error"]

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from actors.scheduler import InstanceLoad, RequestState, SchedulerCore, make_policy
-from actors.scheduler.policy import ContextAware
+from actors.scheduler.policy import PROBE_FIRST_RULES, ContextAware
 from actors.scheduler.waiting import WaitingIndex
 
 LIMIT = 64
@@ -30,11 +30,15 @@ def requests(prompt_lens: list[int]) -> list[RequestState]:
     ]
 
 
-def pair(name: str, n: int, **kw: int) -> tuple[SchedulerCore, SchedulerCore]:
+def pair(
+    name: str, n: int, probe_first: str = "always", **kw: int
+) -> tuple[SchedulerCore, SchedulerCore]:
     true = {f"r{i}": 1 + (i * 37) % LIMIT for i in range(64)}
 
     def core(indexed: bool) -> SchedulerCore:
-        policy = make_policy(name, num_instances=n, max_new_tokens=LIMIT, true_lengths=true)
+        policy = make_policy(
+            name, num_instances=n, max_new_tokens=LIMIT, true_lengths=true, probe_first=probe_first
+        )
         if isinstance(policy, ContextAware):
             policy.starvation_s = 4.0  # short enough that random runs starve requests
         return SchedulerCore(policy, n, indexed=indexed, **kw)  # type: ignore[arg-type]
@@ -59,6 +63,7 @@ def test_only_ranked_bounded_policies_are_indexed() -> None:
     chunk_size=st.integers(1, 40),
     spread=st.integers(0, 3),
     prompt_lens=st.lists(st.integers(1, 60), min_size=1, max_size=30),
+    probe_first=st.sampled_from(PROBE_FIRST_RULES),
     data=st.data(),
 )
 def test_indexed_and_plain_cores_dispatch_alike(
@@ -68,11 +73,13 @@ def test_indexed_and_plain_cores_dispatch_alike(
     chunk_size: int,
     spread: int,
     prompt_lens: list[int],
+    probe_first: str,
     data: st.DataObject,
 ) -> None:
     cores = pair(
         name,
         num_instances,
+        probe_first,
         chunk_size=chunk_size,
         max_running_per_instance=max_running,
         affinity_spread=spread,

@@ -94,6 +94,38 @@ def test_long_band_serves_the_longest_groups_fifo_and_the_rest_longest_first() -
     assert isinstance(made, ContextAware) and made.long_band == 3.0
 
 
+def test_probe_first_rules_put_a_probe_ahead_by_what_its_group_knows() -> None:
+    rules = ("always", "unless_prior", "unknown", "never")
+    policies = {rule: ContextAware(1000, long_band=2.0, probe_first=rule) for rule in rules}
+    waiting = [
+        req("a", "long", arrival=0, enqueued_at=0.0),
+        req("s", "short", arrival=1, enqueued_at=1.0),
+        req("p_short", "short", probe=True, arrival=2, enqueued_at=2.0),
+        req("p_new", "new", probe=True, arrival=3, enqueued_at=3.0, generated=50),
+        req("p_long", "long", probe=True, arrival=4, enqueued_at=4.0),
+    ]
+    for policy in policies.values():
+        policy.update_estimate("long", 900)  # before any request of it ran: a prior
+        policy.remove(req("s0", "short"))  # a sibling ran, then finished short
+        policy.update_estimate("short", 100)
+    order = {rule: ids(p.order(waiting, now=4.0)) for rule, p in policies.items()}
+    assert order["always"] == ["p_short", "p_long", "p_new", "a", "s"]  # Seer's
+    # a probe not put ahead ranks as its siblings do (the long band FIFO by re-entry,
+    # then the short group): the prior's group's probe under "unless_prior", every
+    # estimated group's under "unknown", every probe under "never"
+    assert order["unless_prior"] == ["p_short", "p_new", "a", "p_long", "s"]
+    assert order["unknown"] == ["p_new", "a", "p_long", "s", "p_short"]
+    assert order["never"] == ["a", "p_new", "p_long", "s", "p_short"]
+    unknown = policies["unknown"]
+    assert unknown.is_probe_first(waiting[3]) and not unknown.is_probe_first(waiting[4])
+    unknown.update_estimate("new", 120)  # its first sibling finished
+    assert ids(unknown.order(waiting, now=4.0)) == ["a", "p_long", "p_new", "s", "p_short"]
+    with pytest.raises(ValueError, match="probe_first must be one of"):
+        ContextAware(1000, probe_first="sometimes")
+    made = make_policy("context_aware", num_instances=2, max_new_tokens=8, probe_first="never")
+    assert isinstance(made, ContextAware) and made.probe_first == "never"
+
+
 def test_finished_sibling_estimate_changes_order() -> None:
     policy = ContextAware(max_new_tokens=1000)
     waiting = [req("a", "ga", arrival=0), req("b", "gb", arrival=1)]

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.scheduler.policy import LONG_BAND
+from actors.scheduler.policy import LONG_BAND, PROBE_FIRST
 from pipeline.config import (
     ActorGroup,
     ConfigError,
@@ -117,6 +117,7 @@ def test_missing_file_and_bad_actor_kinds(tmp_path: Path) -> None:
         ("scheduler", {"policy": "fastest"}, "SchedulerOptions.policy must be one of"),
         ("scheduler", {"kv_high_watermark": 1.5}, "kv_high_watermark must be in (0, 1]"),
         ("scheduler", {"long_band": 0.5}, "SchedulerOptions.long_band must be >= 1, got 0.5"),
+        ("scheduler", {"probe_first": "sometimes"}, "SchedulerOptions.probe_first must be one of"),
         ("trainer", {"lr": 0.0}, "TrainerOptions.lr must be > 0"),
         ("drafts", {"max_depth": 0}, "DraftStoreOptions.max_depth must be > 0"),
     ],
@@ -170,6 +171,11 @@ def test_a_run_toml_nests_the_trainers_options(tmp_path: Path) -> None:
     assert topo.group("scheduler").options["long_band"] == cfg.long_band == LONG_BAND
     with pytest.raises(ValueError, match=r"RunConfig\.long_band must be >= 1, got 0\.9"):
         dataclasses.replace(cfg, long_band=0.9)
+    assert topo.group("scheduler").options["probe_first"] == cfg.probe_first == PROBE_FIRST
+    unknown = rl_topology(dataclasses.replace(cfg, probe_first="unknown"), "").topology
+    assert unknown.group("scheduler").options["probe_first"] == "unknown"
+    with pytest.raises(ValueError, match=r"RunConfig\.probe_first must be one of"):
+        dataclasses.replace(cfg, probe_first="sometimes")
     off = rl_topology(dataclasses.replace(cfg, length_prior=False), "").topology
     assert off.group("estimator").options == {"use_prior": False}
     with pytest.raises(ConfigError, match="unknown keys \\['lr'\\]"):

@@ -95,7 +95,7 @@ def test_epochs_report_every_policy_and_the_prior_knows_the_groups() -> None:
     strict = run_workload(
         "kimi-k2",
         epochs=1,
-        policies=("context_aware", "ca_prior_strict", "ca_band"),
+        policies=("context_aware", "ca_prior_strict", "ca_band", "ca_prior_probe_unknown"),
         scale=0.02,
         num_instances=2,
         long_band=1.5,
@@ -104,5 +104,9 @@ def test_epochs_report_every_policy_and_the_prior_knows_the_groups() -> None:
     runs = strict["epochs"][0]["policies"]
     assert runs["ca_prior_strict"]["same_run_as"] == "context_aware"
     assert runs["ca_band"]["long_band"] == 1.5 and runs["ca_prior_strict"]["long_band"] == 1.0
+    # the probe-rule study runs with the band and its own rule; Seer's keeps probes first
+    unknown = runs["ca_prior_probe_unknown"]
+    assert unknown["probe_first"] == "unknown" and unknown["long_band"] == 1.5
+    assert runs["context_aware"]["probe_first"] == "always"
     with pytest.raises(ValueError, match="unknown policy 'nope'"):
         run_workload("kimi-k2", epochs=1, policies=("nope",), scale=0.02)

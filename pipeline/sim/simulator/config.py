@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from actors.generator.builtin.config import PARKED_EVICTIONS
+from actors.scheduler.policy import PROBE_FIRST_RULES
 from pipeline.sim.instance import KvPool
 from transport.messages import RolloutRecord
 
@@ -52,6 +53,8 @@ class SimConfig:
     starvation_every: int = 8
     # context-aware's long band (``ContextAware``; 1.0 = Seer's strict longest-first)
     long_band: float = 1.0
+    # when context-aware serves a probe ahead of everyone (``ContextAware``; "always": Seer's)
+    probe_first: str = "always"
     kv_pool: KvPool = "local"
     spec: Literal["off", "group"] = "off"
     g_max: int = 8
@@ -93,6 +96,11 @@ class SimConfig:
             raise ValueError(
                 f"SimConfig.parked_eviction must be one of {PARKED_EVICTIONS}, "
                 f"got {self.parked_eviction!r}"
+            )
+        if self.probe_first not in PROBE_FIRST_RULES:
+            raise ValueError(
+                f"SimConfig.probe_first must be one of {PROBE_FIRST_RULES}, "
+                f"got {self.probe_first!r}"
             )
         if self.spec not in ("off", "group"):
             raise ValueError(f"SimConfig.spec must be 'off' or 'group', got {self.spec!r}")

@@ -89,6 +89,7 @@ class _Run:
             starvation_s=config.starvation_s,
             starvation_every=config.starvation_every,
             long_band=config.long_band,
+            probe_first=config.probe_first,
         )
         return SchedulerCore(
             policy,

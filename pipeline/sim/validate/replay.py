@@ -94,6 +94,7 @@ def _sim_config(
         starvation_s=opts.starvation_s,
         starvation_every=opts.starvation_every,
         long_band=opts.long_band,
+        probe_first=opts.probe_first,
         kv_pool="local",
         spec="group" if spec else "off",
         max_steps=16,
