@@ -544,8 +544,7 @@ class FixedPolicy:
     ) -> None:
         pass  # nothing adapts
 
-    is_on = True  # drafts every step
-    granted = True
+    granted = True  # every grant is the budget's own
 
     def can_pay(self, batch: int) -> bool:
         return True

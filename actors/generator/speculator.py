@@ -15,15 +15,15 @@ steps really cost and return (``actors.drafts.measured``). A step that prefilled
 measured (its time is not the decode's). The simulator passes the cost model's seconds
 instead of the clock's. With mode "off" nothing is measured (no policy runs).
 
-While the policy says drafts cannot pay at the running batch size (``is_drafting`` False:
-its class is off, or the step also prefills where drafted steps have not shown a gain) the
-speculator does no drafting work: no tree lookups. After `RECENT_STEPS` such steps
-(``drafted_lately`` False) its `DraftSync` goes quiet: it pushes and checks the store is
-alive only now and then, and new groups do not wake it. An exploration or a probe in a
-class that is off drafts from the replicas as they are; when drafting turns back on after
-such a pause (the class is on again, a smaller batch) ``on_resume`` is called (the sync
-pulls at once: the replicas catch up on what siblings appended meanwhile; this
-generator's own tokens were kept and are flushed then).
+While the policy says drafts cannot pay at the running batch size (its class is off, or
+the step also prefills where drafted steps have not shown a gain) the speculator does no
+drafting work: no tree lookups. After `RECENT_STEPS` steps without drafting the budget's
+own grant (explorations and probes do not count; ``drafted_lately`` False) its
+`DraftSync` goes quiet: it pushes and checks the store is alive only now and then, and
+new groups do not wake it. A step that looks drafts up after such a pause calls
+``on_resume`` first (the sync pulls, at most once per `CATCH_UP_INTERVALS`: the replicas
+catch up on what siblings appended meanwhile; this generator's own tokens were kept and
+are flushed then).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from actors.drafts.source import DraftSource
 from actors.generator.engine import Draft, StepResult
 from transport.messages import SpecStats
 
-RECENT_STEPS = 16  # steps without drafting after which the draft sync slows down
+RECENT_STEPS = 16  # steps without the budget's own grant after which the draft sync slows down
 
 
 @dataclass
@@ -79,11 +79,9 @@ class Speculator:
             "num_accepted_tokens": 0,
         }
         self._skip: dict[int, int] = {}  # batch size -> steps to skip drafting
-        # whether the last step could draft: its batch size worth drafting for, and not a
-        # step that also prefills where that does not pay (until the first step decides:
-        # yes, so that a fresh generator's first groups are pulled at once)
-        self.is_drafting = True
-        self.steps_off = 0  # steps since the last one that could draft
+        # steps since the last one that drafted the budget's own grant (0 until the first
+        # step decides, so that a fresh generator's first groups are pulled at once)
+        self.steps_off = 0
         self._backoff: dict[int, int] = {}
         self._step_start: float | None = None  # when the current step's drafting began
         self.on_resume: Callable[[], None] | None = None  # drafting turned back on (a sync)
@@ -141,7 +139,6 @@ class Speculator:
         # costing the generators more than the explorations); a step that looks drafts up
         # after `RECENT_STEPS` without asks the sync to catch the replicas up first
         # (`on_resume`; the sync does so at most once per slow interval)
-        self.is_drafting = False
         pays = self.policy.can_pay(batch)
         if prefill and not self.policy.drafts_with_prefill(batch):
             pays = False
@@ -169,8 +166,7 @@ class Speculator:
             stats = self.chunks.get(rid)
             candidates.append(Candidate(rid, stats is not None and stats.is_probe, res.probs))
         grant = self.policy.allocate(batch, candidates)
-        self.is_drafting = bool(grant) and self.policy.granted
-        self.steps_off = 0 if self.is_drafting else self.steps_off + 1
+        self.steps_off = 0 if grant and self.policy.granted else self.steps_off + 1
         # back off exponentially (up to 16 steps, the policy's exploration interval) while
         # the policy keeps granting nothing
         self._backoff[batch] = min(2 * self._backoff.get(batch, 1), 16) if not grant else 1
@@ -229,9 +225,14 @@ class Speculator:
         self.policy.observe_step(len(decoding), tokens, seconds, plain_seconds=plain_seconds)
 
     @property
+    def is_drafting(self) -> bool:
+        """Whether the last step drafted the budget's own grant."""
+        return self.steps_off == 0
+
+    @property
     def drafted_lately(self) -> bool:
-        """Whether one of the last `RECENT_STEPS` steps could draft: the draft sync runs at
-        full rate, and drafting that turns on again after longer calls ``on_resume``. (Per
+        """Whether one of the last `RECENT_STEPS` steps drafted the budget's own grant: the
+        draft sync runs at full rate, and lookups after longer call ``on_resume``. (Per
         step, drafting flips with the batch size and with steps that also prefill; a
         catch-up pull of every running group at each flip cost more than drafts saved.)"""
         return self.steps_off < RECENT_STEPS
